@@ -1,0 +1,49 @@
+"""JSON as fastjson writes it for RocketMQ: map keys may be bare integers (``{0:"a"}``).
+
+Python's ``json`` rejects that, so bare integer keys are quoted first. Strings are
+skipped over exactly, so their content is never touched.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+_BARE_KEY = re.compile(r"([{,]\s*)(-?\d+)(\s*:)")
+
+
+def loads(text: str | bytes) -> Any:
+    if isinstance(text, (bytes, bytearray, memoryview)):
+        text = bytes(text).decode("utf-8")
+    try:
+        return json.loads(text)
+    except ValueError:
+        pass
+    return json.loads(_quote_bare_keys(text))
+
+
+def _quote_bare_keys(text: str) -> str:
+    out: list[str] = []
+    i = 0
+    n = len(text)
+    start = 0
+    while i < n:
+        c = text[i]
+        if c == '"':
+            out.append(_BARE_KEY.sub(r'\1"\2"\3', text[start:i]))
+            j = i + 1
+            while j < n:
+                if text[j] == "\\":
+                    j += 2
+                    continue
+                if text[j] == '"':
+                    break
+                j += 1
+            out.append(text[i : j + 1])
+            i = j + 1
+            start = i
+            continue
+        i += 1
+    out.append(_BARE_KEY.sub(r'\1"\2"\3', text[start:]))
+    return "".join(out)
