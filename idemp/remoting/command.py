@@ -77,7 +77,9 @@ class RemotingCommand:
         try:
             return int(raw)
         except ValueError:
-            raise HeaderFieldError(f"the custom field <{name}> is not an integer: {raw!r}") from None
+            raise HeaderFieldError(
+                f"the custom field <{name}> is not an integer: {raw!r}"
+            ) from None
 
     def field_bool(self, name: str, default: bool = False) -> bool:
         """Booleans arrive as "true"/"false" (Java) or "1"/"0" (C++)."""
@@ -139,7 +141,8 @@ def _as_int(obj: dict[str, Any], name: str, default: int) -> int:
 def decode_json_header(data: bytes | memoryview) -> RemotingCommand:
     try:
         obj = json.loads(bytes(data).decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as exc:
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        # RecursionError: a deeply nested header (e.g. "[[[[...") is the peer's fault too.
         raise ProtocolError(f"invalid JSON header: {exc}") from None
     if not isinstance(obj, dict):
         raise ProtocolError("JSON header is not an object")

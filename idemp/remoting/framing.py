@@ -95,7 +95,9 @@ class FrameDecoder:
                     break
                 out.append(decode_frame(memoryview(buf)[pos + 4 : pos + 4 + length]))
                 pos += 4 + length
-        except ProtocolError:
+        except Exception:
+            # Any failure leaves the stream out of sync, and its traceback may still pin a
+            # memoryview of the buffer, which could then never be resized (BufferError).
             self._broken = True
             raise
         if pos:

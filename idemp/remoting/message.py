@@ -135,14 +135,30 @@ def encode_message(msg: MessageExt, *, properties_text: str | None = None) -> by
     body = msg.body
     crc = body_crc(body)
     size = (
-        _HEAD.size + len(born) + 8 + len(store) + _MID.size + 4 + len(body)
-        + 1 + len(topic) + 2 + len(props)
+        _HEAD.size
+        + len(born)
+        + 8
+        + len(store)
+        + _MID.size
+        + 4
+        + len(body)
+        + 1
+        + len(topic)
+        + 2
+        + len(props)
     )
     out = b"".join(
         (
             _HEAD.pack(
-                size, MESSAGE_MAGIC, crc, msg.queue_id, msg.flag, msg.queue_offset,
-                msg.commit_log_offset, sys_flag, msg.born_timestamp,
+                size,
+                MESSAGE_MAGIC,
+                crc,
+                msg.queue_id,
+                msg.flag,
+                msg.queue_offset,
+                msg.commit_log_offset,
+                sys_flag,
+                msg.born_timestamp,
             ),
             born,
             _TAIL_TS.pack(msg.store_timestamp),
@@ -214,11 +230,22 @@ def decode_message(
         except zlib.error as exc:
             raise MessageFormatError(f"compressed body at {pos} does not inflate: {exc}") from None
     msg = MessageExt(
-        topic=topic, body=body, properties=props, flag=flag, queue_id=queue_id,
-        queue_offset=qoff, commit_log_offset=phyoff, sys_flag=sys_flag,
-        born_timestamp=born_ts, born_host=born_host, store_timestamp=store_ts,
-        store_host=store_host, reconsume_times=reconsume, prepared_transaction_offset=prepared,
-        body_crc=crc, store_size=size,
+        topic=topic,
+        body=body,
+        properties=props,
+        flag=flag,
+        queue_id=queue_id,
+        queue_offset=qoff,
+        commit_log_offset=phyoff,
+        sys_flag=sys_flag,
+        born_timestamp=born_ts,
+        born_host=born_host,
+        store_timestamp=store_ts,
+        store_host=store_host,
+        reconsume_times=reconsume,
+        prepared_transaction_offset=prepared,
+        body_crc=crc,
+        store_size=size,
     )
     return msg, end
 
@@ -240,6 +267,7 @@ def compress_body(body: bytes, sys_flag: int = 0) -> tuple[bytes, int]:
 
 
 # --- batch bodies (MessageDecoder.encodeMessages / decodeMessages) --------------------
+
 
 @dataclass(slots=True)
 class BatchEntry:

@@ -47,8 +47,15 @@ class UniqKeyGenerator:
     def __init__(self, ip: str = "127.0.0.1", pid: int | None = None) -> None:
         addr = ipaddress.ip_address(ip)
         pid = os.getpid() if pid is None else pid
-        self._prefix = (addr.packed + struct.pack(">H", pid & 0xFFFF) +
-                        struct.pack(">I", random.getrandbits(32))).hex().upper()
+        self._prefix = (
+            (
+                addr.packed
+                + struct.pack(">H", pid & 0xFFFF)
+                + struct.pack(">I", random.getrandbits(32))
+            )
+            .hex()
+            .upper()
+        )
         self._lock = threading.Lock()
         self._counter = 0
         self._month_start_ms = 0
@@ -57,8 +64,11 @@ class UniqKeyGenerator:
     def _month_bounds(self, now_ms: int) -> None:
         now = datetime.fromtimestamp(now_ms / 1000, tz=timezone.utc).astimezone()
         start = now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
-        nxt = (start.replace(year=start.year + 1, month=1) if start.month == 12
-               else start.replace(month=start.month + 1))
+        nxt = (
+            start.replace(year=start.year + 1, month=1)
+            if start.month == 12
+            else start.replace(month=start.month + 1)
+        )
         self._month_start_ms = int(start.timestamp() * 1000)
         self._next_month_ms = int(nxt.timestamp() * 1000)
 

@@ -1,0 +1,1 @@
+"""idemp benchmarks: run with ``python -m benchmarks`` (``make bench``)."""

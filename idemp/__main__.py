@@ -1,0 +1,5 @@
+import sys
+
+from idemp.cli import main
+
+sys.exit(main())

@@ -1,0 +1,161 @@
+"""Offset look-ups, message look-ups and topic/group administration."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+from typing import TYPE_CHECKING
+
+from idemp.remoting import RemotingCommand, RequestCode, ResponseCode, jsonlenient
+from idemp.remoting.codes import Perm
+
+from .metadata import TopicConfig, group_from_json, topic_error
+
+if TYPE_CHECKING:
+    from .server import BrokerServer, Connection, Handler
+
+DEFAULT_QUERY_MAX_NUM = 32
+MAX_MSGS_NUM_BATCH = 64
+
+
+def register(handlers: dict[int, Handler]) -> None:
+    handlers[RequestCode.GET_MAX_OFFSET] = max_offset
+    handlers[RequestCode.GET_MIN_OFFSET] = min_offset
+    handlers[RequestCode.SEARCH_OFFSET_BY_TIMESTAMP] = search_offset
+    handlers[RequestCode.GET_EARLIEST_MSG_STORETIME] = earliest_time
+    handlers[RequestCode.VIEW_MESSAGE_BY_ID] = view_message
+    handlers[RequestCode.QUERY_MESSAGE] = query_message
+    handlers[RequestCode.UPDATE_AND_CREATE_TOPIC] = create_topic
+    handlers[RequestCode.GET_ALL_TOPIC_CONFIG] = all_topics
+    handlers[RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP] = create_group
+    handlers[RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG] = all_groups
+
+
+def _queue(cmd: RemotingCommand) -> tuple[str, int]:
+    cmd.require("topic", "queueId")
+    return cmd.ext_fields["topic"], cmd.field_int("queueId")
+
+
+def max_offset(server: BrokerServer, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+    assert server.store is not None
+    topic, qid = _queue(cmd)
+    return cmd.response(
+        ResponseCode.SUCCESS, ext_fields={"offset": str(server.store.max_offset(topic, qid))}
+    )
+
+
+def min_offset(server: BrokerServer, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+    assert server.store is not None
+    topic, qid = _queue(cmd)
+    return cmd.response(
+        ResponseCode.SUCCESS, ext_fields={"offset": str(server.store.min_offset(topic, qid))}
+    )
+
+
+def search_offset(server: BrokerServer, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+    assert server.store is not None
+    topic, qid = _queue(cmd)
+    ts = cmd.field_int("timestamp")
+    cq = server.store.find_queue(topic, qid)
+    offset = cq.offset_by_time(ts) if cq is not None else 0
+    return cmd.response(ResponseCode.SUCCESS, ext_fields={"offset": str(offset)})
+
+
+def earliest_time(server: BrokerServer, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+    assert server.store is not None
+    topic, qid = _queue(cmd)
+    cq = server.store.find_queue(topic, qid)
+    ts = cq.store_ts[cq.min_offset] if cq is not None and cq.max_offset > cq.min_offset else -1
+    return cmd.response(ResponseCode.SUCCESS, ext_fields={"timestamp": str(ts)})
+
+
+def view_message(server: BrokerServer, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+    assert server.store is not None
+    cmd.require("offset")
+    offset = cmd.field_int("offset")
+    msg = server.store.lookup(offset)
+    record = server.store.read_record(offset) if msg is not None else None
+    if record is None:
+        return cmd.response(
+            ResponseCode.SYSTEM_ERROR, f"can not find message by the offset, {offset}"
+        )
+    return cmd.response(ResponseCode.SUCCESS, body=record)
+
+
+def query_message(server: BrokerServer, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+    assert server.store is not None
+    cmd.require("topic", "key", "maxNum", "beginTimestamp", "endTimestamp")
+    max_num = min(cmd.field_int("maxNum"), MAX_MSGS_NUM_BATCH)
+    if cmd.field_bool("_UNIQUE_KEY_QUERY"):
+        max_num = DEFAULT_QUERY_MAX_NUM
+    records = server.store.query_by_key(
+        cmd.ext_fields["topic"],
+        cmd.ext_fields["key"],
+        max_num,
+        cmd.field_int("beginTimestamp"),
+        cmd.field_int("endTimestamp"),
+    )
+    ext = {
+        "indexLastUpdateTimestamp": "0",
+        "indexLastUpdatePhyoffset": str(server.store.commitlog.end),
+    }
+    if not records:
+        return cmd.response(
+            ResponseCode.QUERY_NOT_FOUND, "can not find message, maybe time range not correct", ext
+        )
+    return cmd.response(ResponseCode.SUCCESS, ext_fields=ext, body=b"".join(records))
+
+
+def create_topic(server: BrokerServer, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+    assert server.store is not None
+    cmd.require("topic", "readQueueNums", "writeQueueNums", "perm")
+    topic = cmd.ext_fields["topic"]
+    err = topic_error(topic)
+    if err:
+        return cmd.response(ResponseCode.SYSTEM_ERROR, err)
+    if topic == server.config.brokerClusterName:
+        return cmd.response(
+            ResponseCode.SYSTEM_ERROR, f"the topic[{topic}] is conflict with system reserved words."
+        )
+    read, write = cmd.field_int("readQueueNums"), cmd.field_int("writeQueueNums")
+    if read <= 0 or write <= 0 or read > 1024 or write > 1024:
+        return cmd.response(ResponseCode.SYSTEM_ERROR, "queue numbers must be within 1..1024")
+    server.store.topics.put(
+        TopicConfig(
+            topic,
+            read,
+            write,
+            cmd.field_int("perm", Perm.READ | Perm.WRITE),
+            cmd.ext_fields.get("topicFilterType", "SINGLE_TAG"),
+            cmd.field_int("topicSysFlag", 0),
+            cmd.field_bool("order"),
+        )
+    )
+    return cmd.response(ResponseCode.SUCCESS)
+
+
+def all_topics(server: BrokerServer, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+    assert server.store is not None
+    topics = server.store.topics
+    body = {
+        "dataVersion": {"counter": topics.version},
+        "topicConfigTable": {k: asdict(v) for k, v in topics.topics.items()},
+    }
+    return cmd.response(ResponseCode.SUCCESS, body=json.dumps(body).encode())
+
+
+def create_group(server: BrokerServer, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+    assert server.store is not None
+    try:
+        data = jsonlenient.loads(cmd.body)
+        cfg = group_from_json(data if isinstance(data, dict) else {})
+    except (ValueError, TypeError) as exc:
+        return cmd.response(ResponseCode.SYSTEM_ERROR, f"invalid subscription group config: {exc}")
+    server.store.groups.put(cfg)
+    return cmd.response(ResponseCode.SUCCESS)
+
+
+def all_groups(server: BrokerServer, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+    assert server.store is not None
+    body = {"subscriptionGroupTable": {k: asdict(v) for k, v in server.store.groups.groups.items()}}
+    return cmd.response(ResponseCode.SUCCESS, body=json.dumps(body).encode())

@@ -1,0 +1,210 @@
+"""Producer and consumer groups as the broker sees them through heartbeats.
+
+Consumers find each other through GET_CONSUMER_LIST_BY_GROUP, so the group's channel
+set is the truth for rebalancing; every change to it (or to the group's
+subscriptions) is pushed to the group with NOTIFY_CONSUMER_IDS_CHANGED.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from idemp.remoting.tags import parse_subscription
+
+log = logging.getLogger("idemp.broker.clients")
+
+CHANNEL_EXPIRED_MS = 120_000
+
+# The C++ client writes these enums as integers, Java as names.
+_CONSUME_TYPE = {0: "CONSUME_ACTIVELY", 1: "CONSUME_PASSIVELY"}
+_MESSAGE_MODEL = {0: "BROADCASTING", 1: "CLUSTERING"}
+_CONSUME_FROM = {
+    0: "CONSUME_FROM_LAST_OFFSET",
+    1: "CONSUME_FROM_LAST_OFFSET_AND_FROM_MIN_WHEN_BOOT_FIRST",
+    2: "CONSUME_FROM_MIN_OFFSET",
+    3: "CONSUME_FROM_MAX_OFFSET",
+    4: "CONSUME_FROM_FIRST_OFFSET",
+    5: "CONSUME_FROM_TIMESTAMP",
+}
+
+
+class Channel(Protocol):
+    peer: str
+    closed: bool
+
+    def send_request_oneway(
+        self, code: int, ext_fields: dict[str, str], body: bytes = b""
+    ) -> None: ...
+
+
+def _enum(value: Any, table: dict[int, str]) -> str:
+    if isinstance(value, int) and not isinstance(value, bool):
+        return table.get(value, str(value))
+    return str(value)
+
+
+@dataclass
+class SubscriptionData:
+    topic: str
+    sub_string: str
+    sub_version: int
+    tags: frozenset[str] = frozenset()
+    codes: frozenset[int] | None = None  # None = every message
+
+    @classmethod
+    def build(cls, topic: str, sub_string: str, sub_version: int) -> SubscriptionData:
+        parsed = parse_subscription(sub_string)
+        if parsed is None:
+            return cls(topic, sub_string or "*", sub_version)
+        return cls(topic, sub_string, sub_version, parsed[0], parsed[1])
+
+
+@dataclass
+class ClientChannel:
+    channel: Channel
+    client_id: str
+    language: str
+    version: int
+    last_update: float = field(default_factory=time.monotonic)
+
+
+@dataclass
+class ConsumerGroupInfo:
+    group: str
+    consume_type: str = "CONSUME_PASSIVELY"
+    message_model: str = "CLUSTERING"
+    consume_from_where: str = "CONSUME_FROM_LAST_OFFSET"
+    channels: dict[int, ClientChannel] = field(default_factory=dict)
+    subscriptions: dict[str, SubscriptionData] = field(default_factory=dict)
+
+    def client_ids(self) -> list[str]:
+        return [c.client_id for c in self.channels.values()]
+
+
+class ClientManager:
+    def __init__(self) -> None:
+        self.consumers: dict[str, ConsumerGroupInfo] = {}
+        self.producers: dict[str, dict[int, ClientChannel]] = {}
+
+    def heartbeat(
+        self, channel: Channel, body: dict[str, Any], language: str, version: int
+    ) -> list[str]:
+        """Register the heartbeat; return the consumer groups whose membership or
+        subscriptions changed (to be notified)."""
+        client_id = str(body.get("clientID", ""))
+        changed: list[str] = []
+        key = id(channel)
+        for data in body.get("consumerDataSet") or []:
+            group = str(data.get("groupName", ""))
+            if not group:
+                continue
+            info = self.consumers.get(group)
+            if info is None:
+                info = self.consumers[group] = ConsumerGroupInfo(group)
+            info.consume_type = _enum(data.get("consumeType", 1), _CONSUME_TYPE)
+            info.message_model = _enum(data.get("messageModel", 1), _MESSAGE_MODEL)
+            info.consume_from_where = _enum(data.get("consumeFromWhere", 0), _CONSUME_FROM)
+            existing = info.channels.get(key)
+            if existing is None or existing.client_id != client_id:
+                info.channels[key] = ClientChannel(channel, client_id, language, version)
+                changed.append(group)
+            else:
+                existing.last_update = time.monotonic()
+            subs: dict[str, SubscriptionData] = {}
+            for sub in data.get("subscriptionDataSet") or []:
+                topic = str(sub.get("topic", ""))
+                if not topic:
+                    continue
+                try:
+                    version_ms = int(sub.get("subVersion", 0))
+                except (TypeError, ValueError):
+                    version_ms = 0
+                subs[topic] = SubscriptionData.build(
+                    topic, str(sub.get("subString", "*")), version_ms
+                )
+            if _subs_differ(info.subscriptions, subs):
+                # RocketMQ keeps the newest subscription of each topic for the group.
+                for topic, sub_data in subs.items():
+                    old = info.subscriptions.get(topic)
+                    if old is None or old.sub_version <= sub_data.sub_version:
+                        info.subscriptions[topic] = sub_data
+                if group not in changed:
+                    changed.append(group)
+        for data in body.get("producerDataSet") or []:
+            group = str(data.get("groupName", ""))
+            if not group:
+                continue
+            chans = self.producers.setdefault(group, {})
+            existing = chans.get(key)
+            if existing is None or existing.client_id != client_id:
+                chans[key] = ClientChannel(channel, client_id, language, version)
+            else:
+                existing.last_update = time.monotonic()
+        return changed
+
+    def unregister(
+        self, channel: Channel, consumer_group: str | None, producer_group: str | None
+    ) -> list[str]:
+        changed: list[str] = []
+        key = id(channel)
+        if consumer_group:
+            info = self.consumers.get(consumer_group)
+            if info and info.channels.pop(key, None) is not None:
+                changed.append(consumer_group)
+                if not info.channels:
+                    del self.consumers[consumer_group]
+        if producer_group:
+            chans = self.producers.get(producer_group)
+            if chans is not None:
+                chans.pop(key, None)
+                if not chans:
+                    del self.producers[producer_group]
+        return changed
+
+    def channel_closed(self, channel: Channel) -> list[str]:
+        key = id(channel)
+        changed: list[str] = []
+        for group, info in list(self.consumers.items()):
+            if info.channels.pop(key, None) is not None:
+                changed.append(group)
+                if not info.channels:
+                    del self.consumers[group]
+        for group, chans in list(self.producers.items()):
+            chans.pop(key, None)
+            if not chans:
+                del self.producers[group]
+        return changed
+
+    def expire(self, now: float | None = None) -> list[Channel]:
+        """Channels silent for 120 s; the caller closes them (which unregisters them)."""
+        now = time.monotonic() if now is None else now
+        stale: list[Channel] = []
+        for info in self.consumers.values():
+            stale += [
+                c.channel
+                for c in info.channels.values()
+                if now - c.last_update > CHANNEL_EXPIRED_MS / 1000
+            ]
+        for chans in self.producers.values():
+            stale += [
+                c.channel for c in chans.values() if now - c.last_update > CHANNEL_EXPIRED_MS / 1000
+            ]
+        return list({id(c): c for c in stale}.values())
+
+    def producer_channel(self, group: str) -> ClientChannel | None:
+        chans = self.producers.get(group)
+        if not chans:
+            return None
+        live = [c for c in chans.values() if not c.channel.closed]
+        return live[0] if live else None
+
+
+def _subs_differ(old: dict[str, SubscriptionData], new: dict[str, SubscriptionData]) -> bool:
+    for topic, sub in new.items():
+        prev = old.get(topic)
+        if prev is None or prev.sub_string != sub.sub_string:
+            return True
+    return False

@@ -1,0 +1,167 @@
+"""Broker configuration, read from a RocketMQ ``broker.conf`` (Java properties format).
+
+A user's existing file must work: known keys are applied, unknown ones produce one
+warning each and are otherwise ignored.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+_UNITS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+class ConfigError(ValueError):
+    """A configuration value that cannot be used; the message names the key."""
+
+
+@dataclass
+class BrokerConfig:
+    brokerClusterName: str = "DefaultCluster"
+    brokerName: str = "broker-a"
+    brokerId: int = 0
+    brokerIP1: str = "127.0.0.1"
+    listenPort: int = 10911
+    namesrvAddr: str = "127.0.0.1:9876"
+    storePathRootDir: str = "store"
+    autoCreateTopicEnable: bool = True
+    autoCreateSubscriptionGroup: bool = True
+    defaultTopicQueueNums: int = 8
+    messageDelayLevel: str = DEFAULT_DELAY_LEVELS
+    maxMessageSize: int = 4 * 1024 * 1024
+    flushDiskType: str = "ASYNC_FLUSH"
+    flushIntervalCommitLog: int = 500
+    syncFlushTimeout: int = 5000
+    transactionCheckInterval: int = 60_000
+    transactionTimeOut: int = 6_000
+    transactionCheckMax: int = 15
+    rejectTransactionMessage: bool = False
+    longPollingEnable: bool = True
+    shortPollingTimeMills: int = 1000
+    flushConsumerOffsetInterval: int = 5000
+    brokerPermission: int = 6
+    regionId: str = "DefaultRegion"
+    traceOn: bool = True
+    maxTransferCountOnMessageInMemory: int = 32
+    maxTransferBytesOnMessageInMemory: int = 256 * 1024
+    # idemp-only: where the process binds. RocketMQ binds every interface; idemp binds
+    # loopback unless told otherwise, since it is a test double.
+    bindAddress: str = "127.0.0.1"
+    unknown: dict[str, str] = field(default_factory=dict)
+
+    # --- derived values ---------------------------------------------------------
+    @property
+    def namesrv_host_port(self) -> tuple[str, int]:
+        first = self.namesrvAddr.split(";")[0].strip()
+        host, _, port = first.rpartition(":")
+        if not host or not port.isdigit():
+            raise ConfigError(f"namesrvAddr {self.namesrvAddr!r} is not host:port")
+        return host, int(port)
+
+    @property
+    def sync_flush(self) -> bool:
+        return self.flushDiskType.upper() == "SYNC_FLUSH"
+
+    @property
+    def delay_levels_ms(self) -> list[int]:
+        return parse_delay_levels(self.messageDelayLevel)
+
+    def with_overrides(self, values: dict[str, str]) -> BrokerConfig:
+        cfg = dataclasses.replace(self, unknown=dict(self.unknown))
+        for key, raw in values.items():
+            _apply(cfg, key, raw)
+        return cfg
+
+
+_FIELDS = {f.name: f for f in dataclasses.fields(BrokerConfig) if f.name != "unknown"}
+
+
+def parse_delay_levels(text: str) -> list[int]:
+    levels: list[int] = []
+    for token in text.split():
+        m = re.fullmatch(r"(\d+)([smhd])", token)
+        if not m:
+            raise ConfigError(f"messageDelayLevel: {token!r} is not a number followed by s/m/h/d")
+        levels.append(int(m.group(1)) * _UNITS[m.group(2)])
+    if not levels:
+        raise ConfigError("messageDelayLevel is empty")
+    return levels
+
+
+def _apply(cfg: BrokerConfig, key: str, raw: str) -> None:
+    f = _FIELDS.get(key)
+    if f is None:
+        cfg.unknown[key] = raw
+        return
+    value: object
+    if f.type in ("int", int):
+        try:
+            value = int(raw.strip())
+        except ValueError:
+            raise ConfigError(f"{key}: {raw!r} is not an integer") from None
+    elif f.type in ("bool", bool):
+        low = raw.strip().lower()
+        if low not in ("true", "false"):
+            raise ConfigError(f"{key}: {raw!r} is not true or false")
+        value = low == "true"
+    else:
+        value = raw.strip()
+    setattr(cfg, key, value)
+
+
+def read_properties(text: str) -> dict[str, str]:
+    """Java .properties, the subset broker.conf files use: key=value or key: value,
+    # and ! comments, blank lines, trailing-backslash continuation."""
+    out: dict[str, str] = {}
+    logical: list[str] = []
+    for line in text.splitlines():
+        stripped = line.strip()
+        if not logical and (not stripped or stripped[0] in "#!"):
+            continue
+        if stripped.endswith("\\") and not stripped.endswith("\\\\"):
+            logical.append(stripped[:-1])
+            continue
+        logical.append(stripped)
+        full = "".join(logical)
+        logical = []
+        m = re.match(r"([^=:\s]+)\s*[=:\s]\s*(.*)$", full)
+        if m:
+            out[m.group(1)] = m.group(2)
+        else:
+            out[full] = ""
+    return out
+
+
+def load_config(path: str | Path | None, overrides: dict[str, str] | None = None) -> BrokerConfig:
+    cfg = BrokerConfig()
+    values: dict[str, str] = {}
+    if path is not None:
+        p = Path(path)
+        try:
+            text = p.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ConfigError(f"cannot read config file {p}: {exc.strerror}") from None
+        values.update(read_properties(text))
+    values.update(overrides or {})
+    cfg = cfg.with_overrides(values)
+    validate(cfg)
+    return cfg
+
+
+def validate(cfg: BrokerConfig) -> None:
+    cfg.namesrv_host_port  # noqa: B018 - raises ConfigError when malformed
+    parse_delay_levels(cfg.messageDelayLevel)
+    if cfg.flushDiskType.upper() not in ("SYNC_FLUSH", "ASYNC_FLUSH"):
+        raise ConfigError(f"flushDiskType: {cfg.flushDiskType!r} is not SYNC_FLUSH or ASYNC_FLUSH")
+    for key in ("listenPort",):
+        port = getattr(cfg, key)
+        if not 0 <= port <= 65535:
+            raise ConfigError(f"{key}: {port} is not a TCP port")
+    if cfg.defaultTopicQueueNums <= 0:
+        raise ConfigError("defaultTopicQueueNums must be positive")
+    if cfg.maxMessageSize <= 0:
+        raise ConfigError("maxMessageSize must be positive")

@@ -1,0 +1,154 @@
+"""Client bookkeeping requests: HEART_BEAT, UNREGISTER_CLIENT, GET_CONSUMER_LIST_BY_GROUP,
+QUERY/UPDATE_CONSUMER_OFFSET, LOCK/UNLOCK_BATCH_MQ."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import TYPE_CHECKING, Any
+
+from idemp.remoting import RemotingCommand, RequestCode, ResponseCode, jsonlenient
+from idemp.remoting.codes import Perm
+
+from .metadata import retry_topic
+
+if TYPE_CHECKING:
+    from .server import BrokerServer, Connection, Handler
+
+# RocketMQ treats message 0 as "in memory" (so a new group starts at 0 even with
+# CONSUME_FROM_LAST_OFFSET) while it is within 40% of physical memory of the log end.
+ACCESS_MESSAGE_IN_MEMORY_MAX_RATIO = 40
+
+
+def register(handlers: dict[int, Handler]) -> None:
+    handlers[RequestCode.HEART_BEAT] = heartbeat
+    handlers[RequestCode.UNREGISTER_CLIENT] = unregister_client
+    handlers[RequestCode.GET_CONSUMER_LIST_BY_GROUP] = consumer_list
+    handlers[RequestCode.QUERY_CONSUMER_OFFSET] = query_offset
+    handlers[RequestCode.UPDATE_CONSUMER_OFFSET] = update_offset
+    handlers[RequestCode.LOCK_BATCH_MQ] = lock_batch
+    handlers[RequestCode.UNLOCK_BATCH_MQ] = unlock_batch
+
+
+def _json_body(cmd: RemotingCommand) -> dict[str, Any]:
+    try:
+        data = jsonlenient.loads(cmd.body)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ValueError(f"request body is not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise ValueError("request body is not a JSON object")
+    return data
+
+
+def heartbeat(server: BrokerServer, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+    store = server.store
+    assert store is not None
+    body = _json_body(cmd)
+    for data in body.get("consumerDataSet") or []:
+        group = str(data.get("groupName", ""))
+        gcfg = store.groups.find_or_create(group) if group else None
+        if gcfg is not None:
+            store.topics.create_system(
+                retry_topic(group), gcfg.retryQueueNums, Perm.READ | Perm.WRITE
+            )
+    for group in server.clients.heartbeat(conn, body, cmd.language, cmd.version):
+        server.notify_consumer_ids_changed(group)
+    return cmd.response(ResponseCode.SUCCESS)
+
+
+def unregister_client(
+    server: BrokerServer, conn: Connection, cmd: RemotingCommand
+) -> RemotingCommand:
+    cmd.require("clientID")
+    changed = server.clients.unregister(
+        conn, cmd.ext_fields.get("consumerGroup"), cmd.ext_fields.get("producerGroup")
+    )
+    for group in changed:
+        server.notify_consumer_ids_changed(group)
+    return cmd.response(ResponseCode.SUCCESS)
+
+
+def consumer_list(server: BrokerServer, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+    cmd.require("consumerGroup")
+    group = cmd.ext_fields["consumerGroup"]
+    info = server.clients.consumers.get(group)
+    if info is None or not info.channels:
+        return cmd.response(ResponseCode.SYSTEM_ERROR, f"no consumer for this group, {group}")
+    body = json.dumps({"consumerIdList": info.client_ids()}, separators=(",", ":"))
+    return cmd.response(ResponseCode.SUCCESS, body=body.encode())
+
+
+def _total_memory() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):  # pragma: no cover
+        return 8 << 30
+
+
+def query_offset(server: BrokerServer, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+    cmd.require("consumerGroup", "topic", "queueId")
+    store = server.store
+    assert store is not None
+    group, topic, qid = (
+        cmd.ext_fields["consumerGroup"],
+        cmd.ext_fields["topic"],
+        cmd.field_int("queueId"),
+    )
+    offset = store.offsets.query(group, topic, qid)
+    if offset is not None and offset >= 0:
+        return cmd.response(ResponseCode.SUCCESS, ext_fields={"offset": str(offset)})
+    cq = store.find_queue(topic, qid)
+    in_memory = True
+    if cq is not None and cq.max_offset > 0:
+        behind = store.commitlog.end - cq.phy[cq.min_offset]
+        in_memory = behind <= _total_memory() * ACCESS_MESSAGE_IN_MEMORY_MAX_RATIO // 100
+    if store.min_offset(topic, qid) <= 0 and in_memory:
+        return cmd.response(ResponseCode.SUCCESS, ext_fields={"offset": "0"})
+    return cmd.response(
+        ResponseCode.QUERY_NOT_FOUND,
+        "Not found, V3_0_6_SNAPSHOT maybe this group consumer boot first",
+    )
+
+
+def update_offset(server: BrokerServer, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+    cmd.require("consumerGroup", "topic", "queueId", "commitOffset")
+    store = server.store
+    assert store is not None
+    store.offsets.commit(
+        cmd.ext_fields["consumerGroup"],
+        cmd.ext_fields["topic"],
+        cmd.field_int("queueId"),
+        cmd.field_int("commitOffset"),
+    )
+    return cmd.response(ResponseCode.SUCCESS)
+
+
+def _lock_body(cmd: RemotingCommand) -> tuple[str, str, list[tuple[str, str, int]]]:
+    body = _json_body(cmd)
+    group = body.get("consumerGroup")
+    client_id = body.get("clientId")
+    if not isinstance(group, str) or not isinstance(client_id, str):
+        raise ValueError("lock body needs consumerGroup and clientId")
+    mqs: list[tuple[str, str, int]] = []
+    for mq in body.get("mqSet") or []:
+        try:
+            mqs.append((str(mq["topic"]), str(mq["brokerName"]), int(mq["queueId"])))
+        except (KeyError, TypeError, ValueError):
+            raise ValueError(f"invalid message queue in lock body: {mq!r}") from None
+    return group, client_id, mqs
+
+
+def lock_batch(server: BrokerServer, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+    group, client_id, mqs = _lock_body(cmd)
+    won = server.locks.try_lock_batch(group, mqs, client_id)
+    body = json.dumps(
+        {"lockOKMQSet": [{"brokerName": b, "queueId": q, "topic": t} for t, b, q in won]},
+        separators=(",", ":"),
+    )
+    return cmd.response(ResponseCode.SUCCESS, body=body.encode())
+
+
+def unlock_batch(server: BrokerServer, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+    group, client_id, mqs = _lock_body(cmd)
+    server.locks.unlock_batch(group, mqs, client_id)
+    return cmd.response(ResponseCode.SUCCESS)

@@ -1,0 +1,214 @@
+"""Broker metadata: topic configs, subscription groups, consumer offsets.
+
+Each table is persisted under ``<store>/config`` in the shape RocketMQ uses
+(``topics.json``, ``subscriptionGroup.json``, ``consumerOffset.json``), so a user
+can read or seed them the same way.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from idemp.remoting.codes import (
+    DEFAULT_TOPIC,
+    DLQ_GROUP_TOPIC_PREFIX,
+    RETRY_GROUP_TOPIC_PREFIX,
+    SCHEDULE_TOPIC,
+    TRANS_CHECK_MAX_TIME_TOPIC,
+    TRANS_HALF_TOPIC,
+    TRANS_OP_HALF_TOPIC,
+    Perm,
+)
+
+from .jsonfile import read_json, write_json
+
+TOPIC_PATTERN = re.compile(r"^[%|a-zA-Z0-9_-]+$")
+TOPIC_MAX_LENGTH = 127
+
+
+def topic_error(topic: str) -> str | None:
+    """RocketMQ's topic rules; the reason a name is refused, or None."""
+    if not topic:
+        return "The specified topic is blank."
+    if len(topic) > TOPIC_MAX_LENGTH:
+        return f"The specified topic is longer than topic max length {TOPIC_MAX_LENGTH}."
+    if not TOPIC_PATTERN.match(topic):
+        return (
+            f"The specified topic[{topic}] contains illegal characters, "
+            f"allowing only {TOPIC_PATTERN.pattern}"
+        )
+    return None
+
+
+@dataclass
+class TopicConfig:
+    topicName: str
+    readQueueNums: int = 16
+    writeQueueNums: int = 16
+    perm: int = Perm.READ | Perm.WRITE
+    topicFilterType: str = "SINGLE_TAG"
+    topicSysFlag: int = 0
+    order: bool = False
+
+
+class TopicTable:
+    def __init__(self, path: Path, default_queue_nums: int, broker_perm: int) -> None:
+        self.path = path
+        self.topics: dict[str, TopicConfig] = {}
+        self.version = 0
+        data = read_json(path)
+        if data:
+            for name, raw in (data.get("topicConfigTable") or {}).items():
+                fields = {k: raw[k] for k in TopicConfig.__dataclass_fields__ if k in raw}
+                fields["topicName"] = name
+                self.topics[name] = TopicConfig(**fields)
+            self.version = int((data.get("dataVersion") or {}).get("counter", 0))
+        system = {
+            DEFAULT_TOPIC: TopicConfig(
+                DEFAULT_TOPIC,
+                default_queue_nums,
+                default_queue_nums,
+                Perm.INHERIT | Perm.READ | Perm.WRITE,
+            ),
+            SCHEDULE_TOPIC: TopicConfig(SCHEDULE_TOPIC, 18, 18),
+            TRANS_HALF_TOPIC: TopicConfig(TRANS_HALF_TOPIC, 1, 1),
+            TRANS_OP_HALF_TOPIC: TopicConfig(TRANS_OP_HALF_TOPIC, 1, 1),
+            TRANS_CHECK_MAX_TIME_TOPIC: TopicConfig(TRANS_CHECK_MAX_TIME_TOPIC, 1, 1),
+            "SELF_TEST_TOPIC": TopicConfig("SELF_TEST_TOPIC", 1, 1),
+            "OFFSET_MOVED_EVENT": TopicConfig("OFFSET_MOVED_EVENT", 1, 1),
+        }
+        for name, cfg in system.items():
+            self.topics.setdefault(name, cfg)
+        self.broker_perm = broker_perm
+
+    def get(self, topic: str) -> TopicConfig | None:
+        return self.topics.get(topic)
+
+    def put(self, cfg: TopicConfig) -> TopicConfig:
+        self.topics[cfg.topicName] = cfg
+        self.version += 1
+        self.persist()
+        return cfg
+
+    def create_in_send(self, topic: str, default_topic: str, queue_nums: int) -> TopicConfig | None:
+        """Auto-create ``topic`` from ``default_topic`` (TBW102) as RocketMQ does."""
+        existing = self.topics.get(topic)
+        if existing:
+            return existing
+        base = self.topics.get(default_topic)
+        if base is None or not base.perm & Perm.INHERIT:
+            return None
+        n = max(1, min(queue_nums, base.writeQueueNums))
+        return self.put(TopicConfig(topic, n, n, base.perm & ~Perm.INHERIT, base.topicFilterType))
+
+    def create_system(self, topic: str, queue_nums: int, perm: int) -> TopicConfig:
+        existing = self.topics.get(topic)
+        if existing:
+            return existing
+        return self.put(TopicConfig(topic, queue_nums, queue_nums, perm))
+
+    def persist(self) -> None:
+        write_json(
+            self.path,
+            {
+                "dataVersion": {"counter": self.version},
+                "topicConfigTable": {k: asdict(v) for k, v in self.topics.items()},
+            },
+        )
+
+
+@dataclass
+class SubscriptionGroupConfig:
+    groupName: str
+    consumeEnable: bool = True
+    consumeFromMinEnable: bool = True
+    consumeBroadcastEnable: bool = True
+    retryQueueNums: int = 1
+    retryMaxTimes: int = 16
+    brokerId: int = 0
+    whichBrokerWhenConsumeSlowly: int = 1
+    notifyConsumerIdsChangedEnable: bool = True
+
+
+class GroupTable:
+    def __init__(self, path: Path, auto_create: bool) -> None:
+        self.path = path
+        self.auto_create = auto_create
+        self.groups: dict[str, SubscriptionGroupConfig] = {}
+        data = read_json(path)
+        if data:
+            for name, raw in (data.get("subscriptionGroupTable") or {}).items():
+                self.groups[name] = _group_from_json(name, raw)
+
+    def find_or_create(self, group: str) -> SubscriptionGroupConfig | None:
+        cfg = self.groups.get(group)
+        if cfg is None and self.auto_create:
+            cfg = self.put(SubscriptionGroupConfig(group))
+        return cfg
+
+    def put(self, cfg: SubscriptionGroupConfig) -> SubscriptionGroupConfig:
+        self.groups[cfg.groupName] = cfg
+        self.persist()
+        return cfg
+
+    def persist(self) -> None:
+        write_json(
+            self.path, {"subscriptionGroupTable": {k: asdict(v) for k, v in self.groups.items()}}
+        )
+
+
+def _group_from_json(name: str, raw: dict[str, Any]) -> SubscriptionGroupConfig:
+    fields = {k: raw[k] for k in SubscriptionGroupConfig.__dataclass_fields__ if k in raw}
+    fields["groupName"] = name
+    return SubscriptionGroupConfig(**fields)
+
+
+def group_from_json(raw: dict[str, Any]) -> SubscriptionGroupConfig:
+    name = raw.get("groupName")
+    if not isinstance(name, str) or not name:
+        raise ValueError("subscription group config has no groupName")
+    return _group_from_json(name, raw)
+
+
+class OffsetTable:
+    """``"topic@group" -> {queueId: next offset to consume}``; persisted every few seconds."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.table: dict[str, dict[int, int]] = {}
+        self.dirty = False
+        data = read_json(path)
+        if data:
+            for key, queues in (data.get("offsetTable") or {}).items():
+                self.table[key] = {int(q): int(o) for q, o in queues.items()}
+
+    def commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        self.table.setdefault(f"{topic}@{group}", {})[queue_id] = offset
+        self.dirty = True
+
+    def query(self, group: str, topic: str, queue_id: int) -> int | None:
+        return self.table.get(f"{topic}@{group}", {}).get(queue_id)
+
+    def persist(self, force: bool = False) -> None:
+        if not (self.dirty or force):
+            return
+        self.dirty = False
+        write_json(
+            self.path,
+            {
+                "offsetTable": {
+                    k: {str(q): o for q, o in sorted(v.items())} for k, v in self.table.items()
+                }
+            },
+        )
+
+
+def retry_topic(group: str) -> str:
+    return RETRY_GROUP_TOPIC_PREFIX + group
+
+
+def dlq_topic(group: str) -> str:
+    return DLQ_GROUP_TOPIC_PREFIX + group

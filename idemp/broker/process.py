@@ -1,0 +1,131 @@
+"""Start idemp's broker as a child process and wait for its ready line.
+
+Used by the demo, the tests and the benchmarks: a real process, so a test can kill
+it with SIGKILL and start it again on the same store and ports.
+"""
+
+from __future__ import annotations
+
+import os
+import selectors
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+READY_PREFIX = "idemp broker ready "
+
+
+class BrokerStartError(RuntimeError):
+    pass
+
+
+class BrokerProcess:
+    def __init__(
+        self,
+        store: str | Path,
+        *,
+        properties: dict[str, str] | None = None,
+        log_path: str | Path | None = None,
+        start_timeout: float = 30.0,
+    ) -> None:
+        self.store = Path(store)
+        self.properties = dict(properties or {})
+        self.log_path = (
+            Path(log_path) if log_path else self.store.parent / (self.store.name + ".log")
+        )
+        self.start_timeout = start_timeout
+        self.proc: subprocess.Popen[str] | None = None
+        self.namesrv_port = 0
+        self.broker_port = 0
+        self.ready_line = ""
+
+    @property
+    def namesrv_addr(self) -> str:
+        return f"127.0.0.1:{self.namesrv_port}"
+
+    @property
+    def broker_addr(self) -> str:
+        return f"127.0.0.1:{self.broker_port}"
+
+    def start(self) -> BrokerProcess:
+        props = {"storePathRootDir": str(self.store), **self.properties}
+        props.setdefault("listenPort", str(self.broker_port))
+        props.setdefault("namesrvAddr", f"127.0.0.1:{self.namesrv_port}")
+        if self.broker_port:
+            props["listenPort"] = str(self.broker_port)
+        if self.namesrv_port:
+            props["namesrvAddr"] = self.namesrv_addr
+        cmd = [sys.executable, "-m", "idemp", "broker", "--log-level", "INFO"]
+        for key, value in props.items():
+            cmd += ["-p", f"{key}={value}"]
+        self.store.mkdir(parents=True, exist_ok=True)
+        log = open(self.log_path, "a", encoding="utf-8")
+        try:
+            self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, text=True)
+        finally:
+            log.close()
+        assert self.proc.stdout is not None
+        sel = selectors.DefaultSelector()
+        sel.register(self.proc.stdout, selectors.EVENT_READ)
+        deadline = time.monotonic() + self.start_timeout
+        line = ""
+        while time.monotonic() < deadline:
+            if sel.select(timeout=max(0.0, deadline - time.monotonic())):
+                line = self.proc.stdout.readline()
+                if line.startswith(READY_PREFIX) or not line:
+                    break
+        sel.close()
+        if not line.startswith(READY_PREFIX):
+            self.kill()
+            raise BrokerStartError(
+                f"broker did not start (exit {self.proc.returncode}); log: {self.log_path}\n"
+                + self._log_tail()
+            )
+        self.ready_line = line.strip()
+        fields = dict(
+            part.split("=", 1) for part in line[len(READY_PREFIX) :].split() if "=" in part
+        )
+        self.namesrv_port = int(fields["namesrv"].rsplit(":", 1)[1])
+        self.broker_port = int(fields["broker"].rsplit(":", 1)[1])
+        return self
+
+    def _log_tail(self) -> str:
+        try:
+            return "".join(self.log_path.read_text(encoding="utf-8").splitlines(True)[-30:])
+        except OSError:
+            return ""
+
+    def stop(self, timeout: float = 30.0) -> int:
+        """SIGTERM and wait: the broker flushes and exits 0."""
+        if self.proc is None:
+            return 0
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            code = self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            code = self.proc.wait()
+        self._close_pipe()
+        return code
+
+    def kill(self) -> None:
+        """SIGKILL: no flush, no goodbye."""
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+        self._close_pipe()
+
+    def _close_pipe(self) -> None:
+        if self.proc is not None and self.proc.stdout is not None:
+            self.proc.stdout.close()
+
+    def __enter__(self) -> BrokerProcess:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,158 @@
+"""PULL_MESSAGE (11), as RocketMQ's PullMessageProcessor answers it, with long polling."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from idemp.remoting import PullSysFlag, RemotingCommand, RequestCode, ResponseCode
+from idemp.remoting.codes import Perm
+from idemp.remoting.tags import parse_subscription
+
+from .longpoll import HeldPull
+from .metadata import topic_error
+from .store import GetStatus
+
+if TYPE_CHECKING:
+    from .server import BrokerServer, Connection, Handler
+
+FAQ = "\nSee http://rocketmq.apache.org/docs/faq/ for further details."
+MAX_HOLD_MS = 25_000  # stay well under the clients' 30 s pull timeout
+
+_CODE = {
+    GetStatus.FOUND: ResponseCode.SUCCESS,
+    GetStatus.NO_MATCHED_MESSAGE: ResponseCode.PULL_RETRY_IMMEDIATELY,
+    GetStatus.OFFSET_OVERFLOW_ONE: ResponseCode.PULL_NOT_FOUND,
+    GetStatus.OFFSET_OVERFLOW_BADLY: ResponseCode.PULL_OFFSET_MOVED,
+    GetStatus.OFFSET_TOO_SMALL: ResponseCode.PULL_OFFSET_MOVED,
+}
+
+
+def register(handlers: dict[int, Handler]) -> None:
+    handlers[RequestCode.PULL_MESSAGE] = pull_message
+
+
+def pull_message(
+    server: BrokerServer, conn: Connection, cmd: RemotingCommand
+) -> RemotingCommand | None:
+    return _process(server, conn, cmd, allow_suspend=True)
+
+
+def _process(
+    server: BrokerServer, conn: Connection, cmd: RemotingCommand, allow_suspend: bool
+) -> RemotingCommand | None:
+    cmd.require(
+        "consumerGroup",
+        "topic",
+        "queueId",
+        "queueOffset",
+        "maxMsgNums",
+        "sysFlag",
+        "commitOffset",
+        "suspendTimeoutMillis",
+        "subVersion",
+    )
+    store = server.store
+    assert store is not None
+    group = cmd.ext_fields["consumerGroup"]
+    topic = cmd.ext_fields["topic"]
+    queue_id = cmd.field_int("queueId")
+    offset = cmd.field_int("queueOffset")
+    sys_flag = cmd.field_int("sysFlag")
+    if not server.config.brokerPermission & Perm.READ:
+        return cmd.response(
+            ResponseCode.NO_PERMISSION,
+            f"the broker[{server.broker_addr}] pulling message is forbidden",
+        )
+    gcfg = store.groups.find_or_create(group)
+    if gcfg is None:
+        return cmd.response(
+            ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+            f"subscription group [{group}] does not exist, {FAQ}",
+        )
+    if not gcfg.consumeEnable:
+        return cmd.response(
+            ResponseCode.NO_PERMISSION, f"subscription group no permission, {group}"
+        )
+    err = topic_error(topic)
+    tcfg = store.topics.get(topic) if err is None else None
+    if tcfg is None:
+        return cmd.response(
+            ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please! {FAQ}"
+        )
+    if not tcfg.perm & Perm.READ:
+        return cmd.response(
+            ResponseCode.NO_PERMISSION, f"the topic[{topic}] pulling message is forbidden"
+        )
+    if queue_id < 0 or queue_id >= tcfg.readQueueNums:
+        return cmd.response(
+            ResponseCode.SYSTEM_ERROR,
+            f"queueId[{queue_id}] is illegal, topic:[{topic}] topicConfig.readQueueNums:"
+            f"[{tcfg.readQueueNums}] consumer:[{conn.peer}]",
+        )
+    codes: frozenset[int] | None
+    if sys_flag & PullSysFlag.SUBSCRIPTION and cmd.ext_fields.get("subscription") is not None:
+        parsed = parse_subscription(cmd.ext_fields["subscription"])
+        codes = None if parsed is None else parsed[1]
+    else:
+        info = server.clients.consumers.get(group)
+        if info is None:
+            return cmd.response(
+                ResponseCode.SUBSCRIPTION_NOT_EXIST, f"the consumer's group info not exist{FAQ}"
+            )
+        if not gcfg.consumeBroadcastEnable and info.message_model == "BROADCASTING":
+            return cmd.response(
+                ResponseCode.NO_PERMISSION,
+                f"the consumer group[{group}] can not consume by broadcast way",
+            )
+        sub = info.subscriptions.get(topic)
+        if sub is None:
+            return cmd.response(
+                ResponseCode.SUBSCRIPTION_NOT_EXIST, f"the consumer's subscription not exist{FAQ}"
+            )
+        if sub.sub_version < cmd.field_int("subVersion"):
+            return cmd.response(
+                ResponseCode.SUBSCRIPTION_NOT_LATEST, "the consumer's subscription not latest"
+            )
+        codes = sub.codes
+    result = store.get_messages(topic, queue_id, offset, cmd.field_int("maxMsgNums"), codes)
+    if result.status is GetStatus.NO_MESSAGE_IN_QUEUE:
+        code = ResponseCode.PULL_OFFSET_MOVED if offset != 0 else ResponseCode.PULL_NOT_FOUND
+    else:
+        code = _CODE[result.status]
+    if allow_suspend and sys_flag & PullSysFlag.COMMIT_OFFSET:
+        store.offsets.commit(group, topic, queue_id, cmd.field_int("commitOffset"))
+    if code == ResponseCode.PULL_NOT_FOUND and allow_suspend and sys_flag & PullSysFlag.SUSPEND:
+        timeout = (
+            cmd.field_int("suspendTimeoutMillis")
+            if server.config.longPollingEnable
+            else server.config.shortPollingTimeMills
+        )
+        held = HeldPull(topic, queue_id, offset, codes, lambda: None, owner=conn)
+
+        def rerun() -> None:
+            if conn.closed:
+                return
+            try:
+                response = _process(server, conn, cmd, allow_suspend=False)
+            except Exception as exc:  # same treatment as a failing handler
+                conn._failed(cmd, exc)
+                return
+            if response is not None:
+                conn.reply(response, request=cmd)
+
+        held.rerun = rerun
+        server.holds.hold(held, max(0, min(timeout, MAX_HOLD_MS)))
+        return None
+    response = cmd.response(
+        code,
+        result.status.value,
+        {
+            "suggestWhichBrokerId": "0",
+            "nextBeginOffset": str(result.next_begin_offset),
+            "minOffset": str(result.min_offset),
+            "maxOffset": str(result.max_offset),
+        },
+    )
+    if result.records:
+        response.body = b"".join(result.records)
+    return response

@@ -1,0 +1,111 @@
+"""Delay levels: messages parked in SCHEDULE_TOPIC_XXXX (queue = level - 1) are
+re-stored under their real topic when due. Progress per level is persisted in
+``delayOffset.json`` after the re-stored messages are durable."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import TYPE_CHECKING
+
+from idemp.remoting import MessageExt
+from idemp.remoting.codes import SCHEDULE_TOPIC, Prop
+
+if TYPE_CHECKING:
+    from .server import BrokerServer
+
+log = logging.getLogger("idemp.broker.schedule")
+STATE_FILE = "delayOffset.json"
+MAX_IDLE_WAIT_S = 5.0
+
+
+class ScheduleService:
+    def __init__(self, server: BrokerServer) -> None:
+        self.server = server
+        store = server.store
+        assert store is not None
+        raw = store.load_state(STATE_FILE).get("offsetTable") or {}
+        self.progress: dict[int, int] = {}
+        if isinstance(raw, dict):
+            self.progress = {int(k): int(v) for k, v in raw.items()}
+        self._wake = asyncio.Event()
+        self._dirty = False
+        store.listeners.append(self._arrived)
+
+    def _arrived(self, topic: str, queue_id: int, max_offset: int, tags_code: int) -> None:
+        if topic == SCHEDULE_TOPIC:
+            self._wake.set()
+
+    def persist(self) -> None:
+        if self._dirty and self.server.store is not None:
+            self.server.store.save_state(
+                STATE_FILE, {"offsetTable": {str(k): v for k, v in sorted(self.progress.items())}}
+            )
+            self._dirty = False
+
+    def deliver_due(self, now_ms: int) -> tuple[int, float]:
+        """Re-store every due message; return (count, seconds until the next one)."""
+        store = self.server.store
+        assert store is not None
+        delivered = 0
+        next_due = MAX_IDLE_WAIT_S
+        for level in range(1, len(store.delay_levels) + 1):
+            cq = store.find_queue(SCHEDULE_TOPIC, level - 1)
+            if cq is None:
+                continue
+            i = self.progress.get(level, 0)
+            while i < cq.max_offset:
+                due = cq.tags[i]
+                if due > now_ms:
+                    next_due = min(next_due, (due - now_ms) / 1000)
+                    break
+                msg = store.lookup(cq.phy[i])
+                if msg is not None:
+                    self._restore(msg)
+                    delivered += 1
+                i += 1
+            if i != self.progress.get(level, 0):
+                self.progress[level] = i
+                self._dirty = True
+        return delivered, next_due
+
+    def _restore(self, msg: MessageExt) -> None:
+        store = self.server.store
+        assert store is not None
+        real_topic = msg.properties.get(Prop.REAL_TOPIC)
+        try:
+            real_qid = int(msg.properties.get(Prop.REAL_QID, "0"))
+        except ValueError:
+            real_qid = 0
+        if not real_topic:
+            log.warning("schedule: message at %d has no REAL_TOPIC; dropped", msg.commit_log_offset)
+            return
+        out = MessageExt(
+            topic=real_topic,
+            queue_id=real_qid,
+            body=msg.body,
+            flag=msg.flag,
+            properties=dict(msg.properties),
+            sys_flag=msg.sys_flag,
+            born_timestamp=msg.born_timestamp,
+            born_host=msg.born_host,
+            reconsume_times=msg.reconsume_times,
+            prepared_transaction_offset=msg.prepared_transaction_offset,
+        )
+        # The stored property string keeps DELAY/REAL_*, as RocketMQ's does.
+        store.put(out, keep_wait=True, apply_delay=False)
+
+    async def run(self) -> None:
+        store = self.server.store
+        assert store is not None
+        while True:
+            self._wake.clear()
+            count, wait = self.deliver_due(int(time.time() * 1000))
+            if count and self.server.config.sync_flush:
+                await store.wait_flushed(store.commitlog.end)
+            self.persist()
+            try:
+                await asyncio.wait_for(self._wake.wait(), timeout=max(wait, 0.001))
+            except TimeoutError:
+                pass

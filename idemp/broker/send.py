@@ -1,0 +1,320 @@
+"""SEND_MESSAGE (10), SEND_MESSAGE_V2 (310), SEND_BATCH_MESSAGE (320) and
+CONSUMER_SEND_MSG_BACK (36), following RocketMQ's SendMessageProcessor."""
+
+from __future__ import annotations
+
+import random
+from typing import TYPE_CHECKING
+
+from idemp.remoting import MessageExt, RemotingCommand, RequestCode, ResponseCode
+from idemp.remoting.codes import (
+    NOT_ALLOWED_SEND_TOPICS,
+    RETRY_GROUP_TOPIC_PREFIX,
+    TRANS_HALF_TOPIC,
+    MessageSysFlag,
+    Perm,
+    Prop,
+)
+from idemp.remoting.message import MessageFormatError, decode_properties, iter_batch
+from idemp.remoting.msgid import offset_msg_id
+
+from .metadata import dlq_topic, retry_topic, topic_error
+
+if TYPE_CHECKING:
+    from .server import BrokerServer, Connection, Handler, HandlerResult
+
+FAQ = "\nSee http://rocketmq.apache.org/docs/faq/ for further details."
+V3_4_9 = 121
+MAX_PROPERTIES = 32767
+
+# SEND_MESSAGE_V2 carries the V1 header under one-letter keys.
+_V2_KEYS = {
+    "a": "producerGroup",
+    "b": "topic",
+    "c": "defaultTopic",
+    "d": "defaultTopicQueueNums",
+    "e": "queueId",
+    "f": "sysFlag",
+    "g": "bornTimestamp",
+    "h": "flag",
+    "i": "properties",
+    "j": "reconsumeTimes",
+    "k": "unitMode",
+    "l": "maxReconsumeTimes",
+    "m": "batch",
+    "n": "bname",
+}
+_REQUIRED = (
+    "producerGroup",
+    "topic",
+    "defaultTopic",
+    "defaultTopicQueueNums",
+    "queueId",
+    "sysFlag",
+    "bornTimestamp",
+    "flag",
+)
+
+
+def register(handlers: dict[int, Handler]) -> None:
+    handlers[RequestCode.SEND_MESSAGE] = send_message
+    handlers[RequestCode.SEND_MESSAGE_V2] = send_message
+    handlers[RequestCode.SEND_BATCH_MESSAGE] = send_message
+    handlers[RequestCode.CONSUMER_SEND_MSG_BACK] = send_back
+
+
+def _v1_header(cmd: RemotingCommand) -> RemotingCommand:
+    if cmd.code == RequestCode.SEND_MESSAGE:
+        return cmd
+    ext = {_V2_KEYS.get(k, k): v for k, v in cmd.ext_fields.items()}
+    return RemotingCommand(
+        code=cmd.code,
+        opaque=cmd.opaque,
+        flag=cmd.flag,
+        language=cmd.language,
+        version=cmd.version,
+        ext_fields=ext,
+        body=cmd.body,
+    )
+
+
+def _java_bool(value: str | None) -> bool:
+    """Java's Boolean.parseBoolean: only "true" (any case) is true. The C++ client's "1"
+    for a batch is therefore *not* a batch on a real broker, and not here either."""
+    return value is not None and value.strip().lower() == "true"
+
+
+def send_message(server: BrokerServer, conn: Connection, request: RemotingCommand) -> HandlerResult:
+    cmd = _v1_header(request)
+    cmd.require(*_REQUIRED)
+    store = server.store
+    assert store is not None
+    topic = cmd.ext_fields["topic"]
+    # --- msgCheck ---
+    if not server.config.brokerPermission & Perm.WRITE:
+        return request.response(
+            ResponseCode.NO_PERMISSION,
+            f"the broker[{server.broker_addr}] sending message is forbidden",
+        )
+    err = topic_error(topic)
+    if err:
+        return request.response(ResponseCode.SYSTEM_ERROR, err)
+    if topic in NOT_ALLOWED_SEND_TOPICS:
+        return request.response(
+            ResponseCode.NO_PERMISSION, f"Sending message to topic[{topic}] is forbidden."
+        )
+    tcfg = store.topics.get(topic)
+    if tcfg is None:
+        if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+            tcfg = store.topics.create_system(topic, 1, Perm.READ | Perm.WRITE)
+        elif server.config.autoCreateTopicEnable:
+            tcfg = store.topics.create_in_send(
+                topic, cmd.ext_fields["defaultTopic"], cmd.field_int("defaultTopicQueueNums")
+            )
+        if tcfg is None:
+            return request.response(
+                ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please!{FAQ}"
+            )
+    queue_id = cmd.field_int("queueId")
+    if queue_id >= max(tcfg.readQueueNums, tcfg.writeQueueNums):
+        return request.response(
+            ResponseCode.SYSTEM_ERROR,
+            f"request queueId[{queue_id}] is illegal, {tcfg} Producer: {conn.peer}",
+        )
+    if queue_id < 0:
+        queue_id = random.randrange(max(tcfg.writeQueueNums, 1))
+    if len(cmd.body) > server.config.maxMessageSize:
+        return request.response(
+            ResponseCode.MESSAGE_ILLEGAL,
+            f"the message body size over max value, MAX: {server.config.maxMessageSize}",
+        )
+    props_text = cmd.ext_fields.get("properties", "")
+    if len(props_text.encode("utf-8")) > MAX_PROPERTIES:
+        return request.response(
+            ResponseCode.MESSAGE_ILLEGAL, f"the message properties length over {MAX_PROPERTIES}"
+        )
+    properties = decode_properties(props_text)
+    properties[Prop.CLUSTER] = server.config.brokerClusterName
+    base = MessageExt(
+        topic=topic,
+        queue_id=queue_id,
+        flag=cmd.field_int("flag"),
+        sys_flag=cmd.field_int("sysFlag"),
+        born_timestamp=cmd.field_int("bornTimestamp"),
+        born_host=conn.peer_host,
+        reconsume_times=cmd.field_int("reconsumeTimes", 0),
+    )
+    if request.code == RequestCode.SEND_BATCH_MESSAGE or _java_bool(cmd.ext_fields.get("batch")):
+        return _send_batch(server, request, base, properties)
+    base.body = cmd.body
+    base.properties = properties
+    # --- %RETRY% sends (the Java client's fallback when send-back fails) ---
+    if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+        group = topic[len(RETRY_GROUP_TOPIC_PREFIX) :]
+        gcfg = store.groups.find_or_create(group)
+        if gcfg is None:
+            return request.response(
+                ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+                f"subscription group not exist, {group}{FAQ}",
+            )
+        max_times = gcfg.retryMaxTimes
+        if request.version >= V3_4_9 and cmd.ext_fields.get("maxReconsumeTimes"):
+            max_times = cmd.field_int("maxReconsumeTimes")
+        if base.reconsume_times >= max_times:
+            dlq = store.topics.create_system(dlq_topic(group), 1, Perm.READ | Perm.WRITE)
+            base.topic, base.queue_id = dlq.topicName, 0
+            base.properties[Prop.DELAY] = "0"
+    keep_wait = False
+    reply_queue = queue_id
+    if properties.get(Prop.TRAN_MSG, "").lower() == "true":
+        if server.config.rejectTransactionMessage:
+            return request.response(
+                ResponseCode.NO_PERMISSION,
+                f"the broker[{server.broker_addr}] sending transaction message is forbidden",
+            )
+        base.properties[Prop.REAL_TOPIC] = base.topic
+        base.properties[Prop.REAL_QID] = str(base.queue_id)
+        base.sys_flag &= ~MessageSysFlag.TRANSACTION_MASK
+        base.topic, base.queue_id = TRANS_HALF_TOPIC, 0
+        keep_wait = True
+    try:
+        result = store.put(base, keep_wait=keep_wait)
+    except MessageFormatError as exc:
+        return request.response(ResponseCode.MESSAGE_ILLEGAL, str(exc))
+    response = request.response(
+        ResponseCode.SUCCESS,
+        ext_fields={
+            "queueId": str(reply_queue),
+            "TRACE_ON": "true" if server.config.traceOn else "false",
+            "MSG_REGION": server.config.regionId,
+            "msgId": offset_msg_id(store.store_host, result.commit_log_offset),
+            "queueOffset": str(result.queue_offset),
+        },
+    )
+    return _after_flush(server, response, result.end)
+
+
+def _after_flush(server: BrokerServer, response: RemotingCommand, end: int) -> HandlerResult:
+    store = server.store
+    assert store is not None
+    if not server.config.sync_flush:
+        return response
+
+    async def wait() -> RemotingCommand:
+        if not await store.wait_flushed(end):
+            response.code = ResponseCode.FLUSH_DISK_TIMEOUT
+        return response
+
+    return wait()
+
+
+def _send_batch(
+    server: BrokerServer, request: RemotingCommand, base: MessageExt, outer: dict[str, str]
+) -> HandlerResult:
+    store = server.store
+    assert store is not None
+    if base.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+        return request.response(
+            ResponseCode.MESSAGE_ILLEGAL, "batch request does not support retry group " + base.topic
+        )
+    try:
+        entries = list(iter_batch(request.body))
+    except MessageFormatError as exc:
+        return request.response(ResponseCode.MESSAGE_ILLEGAL, f"invalid batch body: {exc}")
+    if not entries:
+        return request.response(ResponseCode.MESSAGE_ILLEGAL, "empty batch")
+    for e in entries:
+        props = {**e.properties, **outer}
+        if props.get(Prop.DELAY, "0") not in ("", "0") or props.get(Prop.TRAN_MSG) == "true":
+            return request.response(
+                ResponseCode.MESSAGE_ILLEGAL, "batch messages may not be delayed or transactional"
+            )
+    ids: list[str] = []
+    first_offset = -1
+    end = 0
+    for e in entries:
+        msg = MessageExt(
+            topic=base.topic,
+            queue_id=base.queue_id,
+            body=e.body,
+            flag=e.flag,
+            properties={**e.properties, **outer},
+            sys_flag=base.sys_flag,
+            born_timestamp=base.born_timestamp,
+            born_host=base.born_host,
+        )
+        try:
+            result = store.put(msg)
+        except MessageFormatError as exc:
+            return request.response(ResponseCode.MESSAGE_ILLEGAL, str(exc))
+        if first_offset < 0:
+            first_offset = result.queue_offset
+        ids.append(offset_msg_id(store.store_host, result.commit_log_offset))
+        end = result.end
+    response = request.response(
+        ResponseCode.SUCCESS,
+        ext_fields={
+            "queueId": str(base.queue_id),
+            "TRACE_ON": "true" if server.config.traceOn else "false",
+            "MSG_REGION": server.config.regionId,
+            "msgId": ",".join(ids),
+            "queueOffset": str(first_offset),
+        },
+    )
+    return _after_flush(server, response, end)
+
+
+def send_back(server: BrokerServer, conn: Connection, cmd: RemotingCommand) -> HandlerResult:
+    cmd.require("offset", "group", "delayLevel")
+    store = server.store
+    assert store is not None
+    group = cmd.ext_fields["group"]
+    gcfg = store.groups.find_or_create(group)
+    if gcfg is None:
+        return cmd.response(
+            ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group not exist, {group}{FAQ}"
+        )
+    if not server.config.brokerPermission & Perm.WRITE:
+        return cmd.response(
+            ResponseCode.NO_PERMISSION,
+            f"the broker[{server.broker_addr}] sending message is forbidden",
+        )
+    if gcfg.retryQueueNums <= 0:
+        return cmd.response(ResponseCode.SUCCESS)
+    topic = retry_topic(group)
+    tcfg = store.topics.create_system(topic, gcfg.retryQueueNums, Perm.READ | Perm.WRITE)
+    queue_id = random.randrange(gcfg.retryQueueNums)
+    offset = cmd.field_int("offset")
+    msg = store.lookup(offset)
+    if msg is None:
+        return cmd.response(ResponseCode.SYSTEM_ERROR, f"look message by offset failed, {offset}")
+    props = dict(msg.properties)
+    props.setdefault(Prop.RETRY_TOPIC, msg.topic)
+    props[Prop.WAIT] = "false"
+    delay_level = cmd.field_int("delayLevel")
+    max_times = gcfg.retryMaxTimes
+    if cmd.version >= V3_4_9 and cmd.ext_fields.get("maxReconsumeTimes"):
+        max_times = cmd.field_int("maxReconsumeTimes")
+    if msg.reconsume_times >= max_times or delay_level < 0:
+        tcfg = store.topics.create_system(dlq_topic(group), 1, Perm.READ | Perm.WRITE)
+        queue_id = 0
+        props[Prop.DELAY] = "0"
+    else:
+        if delay_level == 0:
+            delay_level = 3 + msg.reconsume_times
+        props[Prop.DELAY] = str(delay_level)
+    if not props.get(Prop.ORIGIN_MESSAGE_ID):
+        props[Prop.ORIGIN_MESSAGE_ID] = msg.offset_msg_id
+    retry = MessageExt(
+        topic=tcfg.topicName,
+        queue_id=queue_id,
+        body=msg.body,
+        flag=msg.flag,
+        properties=props,
+        sys_flag=msg.sys_flag,
+        born_timestamp=msg.born_timestamp,
+        born_host=msg.born_host,
+        reconsume_times=msg.reconsume_times + 1,
+    )
+    result = store.put(retry, keep_wait=True)
+    return _after_flush(server, cmd.response(ResponseCode.SUCCESS), result.end)

@@ -1,0 +1,278 @@
+"""The broker process: two loopback listeners (nameserver and broker) on one event loop.
+
+``Connection`` frames bytes with the codec and hands requests to the handler table
+of its listener. A handler returns a response, ``None`` (oneway, or answered later,
+as a held pull is), or an awaitable of either (a SYNC_FLUSH send waits for fsync).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+import itertools
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Union
+
+from idemp.remoting import (
+    FrameDecoder,
+    ProtocolError,
+    RemotingCommand,
+    RequestCode,
+    ResponseCode,
+    encode,
+)
+from idemp.remoting.codes import RPC_ONEWAY
+
+from .clients import ClientManager
+from .config import BrokerConfig
+from .locks import LockManager
+from .longpoll import PullHoldService
+from .store import MessageStore
+
+log = logging.getLogger("idemp.broker")
+
+IDLE_CLOSE_S = 120.0
+HandlerResult = Union[RemotingCommand, None, Awaitable[Union[RemotingCommand, None]]]  # noqa: UP007
+Handler = Callable[["BrokerServer", "Connection", RemotingCommand], HandlerResult]
+
+
+class Connection(asyncio.Protocol):
+    def __init__(self, server: BrokerServer, handlers: dict[int, Handler], role: str) -> None:
+        self.server = server
+        self.handlers = handlers
+        self.role = role
+        self.decoder = FrameDecoder(max_frame=server.max_frame)
+        self.transport: asyncio.Transport | None = None
+        self.peer = "?"
+        self.peer_host: tuple[str, int] = ("127.0.0.1", 0)
+        self.closed = False
+        self.last_active = time.monotonic()
+        self.language = "JAVA"
+        self.version = 0
+
+    # --- asyncio.Protocol ----------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        peer = transport.get_extra_info("peername")
+        if peer:
+            self.peer_host = (peer[0], peer[1])
+            self.peer = f"{peer[0]}:{peer[1]}"
+        self.server.connections.add(self)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self.server.connections.discard(self)
+        self.server.on_connection_closed(self)
+
+    def data_received(self, data: bytes) -> None:
+        self.last_active = time.monotonic()
+        try:
+            commands = self.decoder.feed(data)
+        except ProtocolError as exc:
+            log.warning("%s %s: closing connection: %s", self.role, self.peer, exc)
+            self.close()
+            return
+        for cmd in commands:
+            if cmd.is_response:
+                continue  # answers to our oneway/admin requests; nothing waits on them
+            self.language = cmd.language
+            self.version = cmd.version
+            self._dispatch(cmd)
+
+    # --- dispatch ------------------------------------------------------------------
+    def _dispatch(self, cmd: RemotingCommand) -> None:
+        handler = self.handlers.get(cmd.code)
+        if handler is None:
+            self.reply(
+                cmd.response(
+                    ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+                    f" request type {cmd.code} not supported",
+                ),
+                force=True,
+            )
+            return
+        try:
+            result = handler(self.server, self, cmd)
+        except Exception as exc:  # a handler bug must cost one request, not the server
+            self._failed(cmd, exc)
+            return
+        if inspect.isawaitable(result):
+            task = asyncio.ensure_future(result)
+            task.add_done_callback(functools.partial(self._finished, cmd))
+        elif result is not None:
+            self.reply(result, request=cmd)
+
+    def _finished(self, cmd: RemotingCommand, task: asyncio.Future[RemotingCommand | None]) -> None:
+        if task.cancelled():
+            return
+        exc = task.exception()
+        if exc is not None:
+            self._failed(cmd, exc)
+            return
+        result = task.result()
+        if result is not None:
+            self.reply(result, request=cmd)
+
+    def _failed(self, cmd: RemotingCommand, exc: BaseException) -> None:
+        from idemp.remoting import HeaderFieldError
+
+        if not isinstance(exc, (HeaderFieldError, ValueError)):
+            log.exception(
+                "%s %s: request code %d failed", self.role, self.peer, cmd.code, exc_info=exc
+            )
+        else:
+            log.info("%s %s: request code %d refused: %s", self.role, self.peer, cmd.code, exc)
+        self.reply(
+            cmd.response(ResponseCode.SYSTEM_ERROR, str(exc) or type(exc).__name__), request=cmd
+        )
+
+    def reply(
+        self, response: RemotingCommand, request: RemotingCommand | None = None, force: bool = False
+    ) -> None:
+        if request is not None and request.is_oneway and not force:
+            return
+        self.send(response)
+
+    def send(self, cmd: RemotingCommand) -> None:
+        if self.closed or self.transport is None:
+            return
+        self.transport.write(encode(cmd))
+
+    def send_request_oneway(self, code: int, ext_fields: dict[str, str], body: bytes = b"") -> None:
+        self.send(
+            RemotingCommand(
+                code=code,
+                opaque=next(self.server.opaques),
+                flag=RPC_ONEWAY,
+                ext_fields=ext_fields,
+                body=body,
+            )
+        )
+
+    def close(self) -> None:
+        if self.transport is not None and not self.closed:
+            self.transport.close()
+
+
+class BrokerServer:
+    def __init__(self, config: BrokerConfig, *, max_frame: int = 16 * 1024 * 1024) -> None:
+        self.config = config
+        self.max_frame = max_frame
+        self.store: MessageStore | None = None
+        self.clients = ClientManager()
+        self.locks = LockManager()
+        self.holds = PullHoldService()
+        self.connections: set[Connection] = set()
+        self.opaques = itertools.count(1)
+        self.broker_handlers: dict[int, Handler] = {}
+        self.namesrv_handlers: dict[int, Handler] = {}
+        self.servers: list[asyncio.AbstractServer] = []
+        self.broker_addr = ""
+        self.namesrv_addr = ""
+        self._tasks: list[asyncio.Task[None]] = []
+
+    # --- life cycle ----------------------------------------------------------------
+    async def start(self) -> None:
+        from . import admin, consumers, namesrv, pull, schedule, send, transaction
+
+        self.store = MessageStore(self.config)
+        self.store.listeners.append(self.holds.arrived)
+        for module in (send, pull, consumers, admin, transaction):
+            module.register(self.broker_handlers)
+        namesrv.register(self.namesrv_handlers)
+        loop = asyncio.get_running_loop()
+        bind = self.config.bindAddress
+        broker = await loop.create_server(
+            lambda: Connection(self, self.broker_handlers, "broker"),
+            bind,
+            self.config.listenPort,
+            reuse_address=True,
+        )
+        port = broker.sockets[0].getsockname()[1]
+        self.config.listenPort = port
+        self.store.store_host = (self.config.brokerIP1, port)
+        self.broker_addr = f"{self.config.brokerIP1}:{port}"
+        ns_host, ns_port = self.config.namesrv_host_port
+        ns = await loop.create_server(
+            lambda: Connection(self, self.namesrv_handlers, "namesrv"),
+            bind if ns_host in ("127.0.0.1", "localhost", "0.0.0.0") else ns_host,
+            ns_port,
+            reuse_address=True,
+        )
+        self.namesrv_addr = f"{ns_host}:{ns.sockets[0].getsockname()[1]}"
+        self.servers = [broker, ns]
+        self.scheduler = schedule.ScheduleService(self)
+        self.transactions = transaction.TransactionCheckService(self)
+        self._tasks = [
+            loop.create_task(self._housekeeping()),
+            loop.create_task(self.scheduler.run()),
+            loop.create_task(self.transactions.run()),
+        ]
+        if not self.config.sync_flush:
+            self._tasks.append(loop.create_task(self._async_flush()))
+
+    async def stop(self) -> None:
+        for srv in self.servers:
+            srv.close()
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            try:
+                await task
+            except (asyncio.CancelledError, Exception):
+                pass
+        for conn in list(self.connections):
+            conn.close()
+        if self.store is not None:
+            self.scheduler.persist()
+            self.store.close()
+
+    async def _housekeeping(self) -> None:
+        assert self.store is not None
+        interval = self.config.flushConsumerOffsetInterval / 1000
+        last_offsets = time.monotonic()
+        while True:
+            await asyncio.sleep(min(interval, 10.0))
+            now = time.monotonic()
+            if now - last_offsets >= interval:
+                last_offsets = now
+                self.store.offsets.persist()
+            for conn in list(self.connections):
+                if now - conn.last_active > IDLE_CLOSE_S:
+                    log.info("%s %s: idle for %ds, closing", conn.role, conn.peer, IDLE_CLOSE_S)
+                    conn.close()
+            for channel in self.clients.expire(now):
+                if isinstance(channel, Connection):
+                    channel.close()
+
+    async def _async_flush(self) -> None:
+        """ASYNC_FLUSH: fsync the commit log every flushIntervalCommitLog ms if dirty."""
+        assert self.store is not None
+        loop = asyncio.get_running_loop()
+        log_ = self.store.commitlog
+        while True:
+            await asyncio.sleep(self.config.flushIntervalCommitLog / 1000)
+            if log_.flushed < log_.end:
+                await loop.run_in_executor(None, log_.fsync)
+
+    # --- events --------------------------------------------------------------------
+    def on_connection_closed(self, conn: Connection) -> None:
+        self.holds.cancel_where(lambda p: p.owner is conn)
+        for group in self.clients.channel_closed(conn):
+            self.notify_consumer_ids_changed(group)
+
+    def notify_consumer_ids_changed(self, group: str) -> None:
+        assert self.store is not None
+        cfg = self.store.groups.groups.get(group)
+        if cfg is not None and not cfg.notifyConsumerIdsChangedEnable:
+            return
+        info = self.clients.consumers.get(group)
+        if info is None:
+            return
+        for ch in info.channels.values():
+            ch.channel.send_request_oneway(
+                RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, {"consumerGroup": group}
+            )

@@ -1,0 +1,240 @@
+"""Transactional messages: END_TRANSACTION (37) and the check-back service.
+
+A half message lives in RMQ_SYS_TRANS_HALF_TOPIC; commit re-stores it under its real
+topic, and both commit and rollback write an op message (tag "d", body = the half's
+queue offset) to RMQ_SYS_TRANS_OP_HALF_TOPIC. Pending halves are therefore "half
+offsets without an op", which is rebuilt from the log at start.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import TYPE_CHECKING
+
+from idemp.remoting import MessageExt, RemotingCommand, RequestCode, ResponseCode, encode_message
+from idemp.remoting.codes import (
+    TRANS_CHECK_MAX_TIME_TOPIC,
+    TRANS_HALF_TOPIC,
+    TRANS_OP_HALF_TOPIC,
+    MessageSysFlag,
+    Prop,
+)
+from idemp.remoting.msgid import offset_msg_id
+
+if TYPE_CHECKING:
+    from .server import BrokerServer, Connection, Handler
+
+log = logging.getLogger("idemp.broker.transaction")
+REMOVE_TAG = "d"
+STATE_FILE = "transactionCheck.json"
+
+COMMIT = MessageSysFlag.TRANSACTION_COMMIT
+ROLLBACK = MessageSysFlag.TRANSACTION_ROLLBACK
+
+
+def register(handlers: dict[int, Handler]) -> None:
+    handlers[RequestCode.END_TRANSACTION] = end_transaction
+
+
+def end_transaction(
+    server: BrokerServer, conn: Connection, cmd: RemotingCommand
+) -> RemotingCommand | None:
+    cmd.require("producerGroup", "tranStateTableOffset", "commitLogOffset", "commitOrRollback")
+    kind = cmd.field_int("commitOrRollback")
+    if kind not in (COMMIT, ROLLBACK):
+        return None  # TRANSACTION_NOT_TYPE: RocketMQ neither acts nor answers
+    service: TransactionCheckService = server.transactions
+    error = service.end(
+        cmd.ext_fields["producerGroup"],
+        cmd.field_int("tranStateTableOffset"),
+        cmd.field_int("commitLogOffset"),
+        commit=kind == COMMIT,
+    )
+    if error:
+        return cmd.response(ResponseCode.SYSTEM_ERROR, error)
+    return cmd.response(ResponseCode.SUCCESS)
+
+
+class TransactionCheckService:
+    def __init__(self, server: BrokerServer) -> None:
+        self.server = server
+        store = server.store
+        assert store is not None
+        self.pending: dict[int, int] = {}  # half queue offset -> commit log offset
+        half = store.find_queue(TRANS_HALF_TOPIC, 0)
+        if half is not None:
+            for i in range(half.min_offset, half.max_offset):
+                self.pending[i] = half.phy[i]
+        op = store.find_queue(TRANS_OP_HALF_TOPIC, 0)
+        if op is not None:
+            for i in range(op.min_offset, op.max_offset):
+                msg = store.lookup(op.phy[i])
+                if msg is not None:
+                    try:
+                        self.pending.pop(int(msg.body.decode()), None)
+                    except ValueError:
+                        pass
+        raw = store.load_state(STATE_FILE).get("checkTimes") or {}
+        self.check_times: dict[int, int] = {}
+        if isinstance(raw, dict):
+            self.check_times = {int(k): int(v) for k, v in raw.items() if int(k) in self.pending}
+        store.listeners.append(self._arrived)
+
+    def _arrived(self, topic: str, queue_id: int, max_offset: int, tags_code: int) -> None:
+        if topic == TRANS_HALF_TOPIC:
+            store = self.server.store
+            assert store is not None
+            cq = store.queue(TRANS_HALF_TOPIC, 0)
+            self.pending[max_offset - 1] = cq.phy[max_offset - 1]
+
+    def end(self, group: str, queue_offset: int, phy: int, commit: bool) -> str | None:
+        store = self.server.store
+        assert store is not None
+        half = store.lookup(phy)
+        if half is None or half.topic != TRANS_HALF_TOPIC:
+            return "Find prepared transaction message failed"
+        if half.properties.get(Prop.PGROUP) != group:
+            return "The producer group wrong"
+        if half.queue_offset != queue_offset:
+            return "The transaction state table offset wrong"
+        if queue_offset not in self.pending:
+            return None  # already resolved: never store a committed message twice
+        if commit:
+            real = MessageExt(
+                topic=half.properties.get(Prop.REAL_TOPIC, ""),
+                queue_id=int(half.properties.get(Prop.REAL_QID, "0") or 0),
+                body=half.body,
+                flag=half.flag,
+                properties=dict(half.properties),
+                sys_flag=(half.sys_flag & ~MessageSysFlag.TRANSACTION_MASK) | COMMIT,
+                born_timestamp=half.born_timestamp,
+                born_host=half.born_host,
+                reconsume_times=half.reconsume_times,
+                prepared_transaction_offset=phy,
+            )
+            store.put(real, keep_wait=True)
+        self._write_op(queue_offset)
+        return None
+
+    def _write_op(self, queue_offset: int) -> None:
+        store = self.server.store
+        assert store is not None
+        store.put(
+            MessageExt(
+                topic=TRANS_OP_HALF_TOPIC,
+                queue_id=0,
+                body=str(queue_offset).encode(),
+                properties={Prop.TAGS: REMOVE_TAG},
+                born_timestamp=int(time.time() * 1000),
+                born_host=store.store_host,
+            )
+        )
+        self.pending.pop(queue_offset, None)
+        if self.check_times.pop(queue_offset, None) is not None:
+            self._save()
+
+    def _save(self) -> None:
+        store = self.server.store
+        assert store is not None
+        store.save_state(
+            STATE_FILE, {"checkTimes": {str(k): v for k, v in self.check_times.items()}}
+        )
+
+    def check_once(self, now_ms: int) -> int:
+        """Send CHECK_TRANSACTION_STATE for every half old enough; return how many."""
+        store = self.server.store
+        assert store is not None
+        cfg = self.server.config
+        sent = 0
+        changed = False
+        for qoff, phy in sorted(self.pending.items()):
+            half = store.lookup(phy)
+            if half is None:
+                continue
+            immunity = cfg.transactionTimeOut
+            raw_immunity = half.properties.get(Prop.CHECK_IMMUNITY_TIME_IN_SECONDS)
+            if raw_immunity and raw_immunity.isdigit():
+                immunity = int(raw_immunity) * 1000
+            if now_ms - half.born_timestamp < immunity:
+                continue
+            times = self.check_times.get(qoff, 0)
+            if times >= cfg.transactionCheckMax:
+                self._discard(half)
+                changed = True
+                continue
+            self.check_times[qoff] = times + 1
+            changed = True
+            self._send_check(half, times + 1)
+            sent += 1
+        if changed:
+            self._save()
+        return sent
+
+    def _discard(self, half: MessageExt) -> None:
+        store = self.server.store
+        assert store is not None
+        log.warning(
+            "transaction: half message %s checked %d times; moved to %s",
+            half.uniq_key,
+            self.server.config.transactionCheckMax,
+            TRANS_CHECK_MAX_TIME_TOPIC,
+        )
+        store.put(
+            MessageExt(
+                topic=TRANS_CHECK_MAX_TIME_TOPIC,
+                queue_id=0,
+                body=half.body,
+                flag=half.flag,
+                properties=dict(half.properties),
+                sys_flag=half.sys_flag,
+                born_timestamp=half.born_timestamp,
+                born_host=half.born_host,
+            ),
+            keep_wait=True,
+        )
+        self._write_op(half.queue_offset)
+
+    def _send_check(self, half: MessageExt, times: int) -> None:
+        group = half.properties.get(Prop.PGROUP, "")
+        channel = self.server.clients.producer_channel(group)
+        if channel is None:
+            log.info("transaction: no live producer of group %r to check %s", group, half.uniq_key)
+            return
+        store = self.server.store
+        assert store is not None
+        view = MessageExt(
+            topic=half.properties.get(Prop.REAL_TOPIC, half.topic),
+            queue_id=int(half.properties.get(Prop.REAL_QID, "0") or 0),
+            body=half.body,
+            flag=half.flag,
+            properties={**half.properties, Prop.TRANSACTION_CHECK_TIMES: str(times)},
+            queue_offset=half.queue_offset,
+            commit_log_offset=half.commit_log_offset,
+            sys_flag=half.sys_flag,
+            born_timestamp=half.born_timestamp,
+            born_host=half.born_host,
+            store_timestamp=half.store_timestamp,
+            store_host=half.store_host,
+            reconsume_times=half.reconsume_times,
+        )
+        uniq = half.uniq_key or ""
+        channel.channel.send_request_oneway(
+            RequestCode.CHECK_TRANSACTION_STATE,
+            {
+                "commitLogOffset": str(half.commit_log_offset),
+                "tranStateTableOffset": str(half.queue_offset),
+                "msgId": uniq,
+                "transactionId": uniq,
+                "offsetMsgId": offset_msg_id(store.store_host, half.commit_log_offset),
+            },
+            encode_message(view),
+        )
+
+    async def run(self) -> None:
+        interval = max(self.server.config.transactionCheckInterval, 100) / 1000
+        while True:
+            await asyncio.sleep(interval)
+            if self.pending:
+                self.check_once(int(time.time() * 1000))

