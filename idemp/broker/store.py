@@ -273,7 +273,7 @@ class MessageStore:
         if offset == hi:
             return GetResult(GetStatus.OFFSET_OVERFLOW_ONE, offset, lo, hi, [])
         if offset > hi:
-            return GetResult(GetStatus.OFFSET_OVERFLOW_BADLY, lo if lo == 0 else hi, lo, hi, [])
+            return GetResult(GetStatus.OFFSET_OVERFLOW_BADLY, hi, lo, hi, [])
         max_count = min(max(max_nums, 1), self.config.maxTransferCountOnMessageInMemory)
         max_bytes = self.config.maxTransferBytesOnMessageInMemory
         records: list[bytes] = []

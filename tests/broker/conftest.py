@@ -1,0 +1,49 @@
+"""Broker fixtures: idemp's broker as a real child process on free loopback ports."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from idemp.broker.process import BrokerProcess
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _official_client_home() -> Iterator[None]:
+    """The official C++ client fixes its log directory ($HOME/logs/rocketmq-cpp) at the
+    first start() of the process, so HOME is set once for the whole session."""
+    old = os.environ.get("HOME")
+    with tempfile.TemporaryDirectory(prefix="idemp-client-home-") as home:
+        os.environ["HOME"] = home
+        try:
+            yield
+        finally:
+            if old is not None:
+                os.environ["HOME"] = old
+
+
+@pytest.fixture
+def make_broker(tmp_path: Path) -> Iterator[Callable[..., BrokerProcess]]:
+    """Factory: ``make_broker(**broker_conf_keys)`` starts a broker on a fresh store
+    (or ``store=`` an existing one); every broker started is stopped at the end."""
+    started: list[BrokerProcess] = []
+
+    def factory(store: Path | None = None, **props: object) -> BrokerProcess:
+        store = store or tmp_path / f"store{len(started)}"
+        broker = BrokerProcess(store, properties={k: str(v) for k, v in props.items()})
+        broker.start()
+        started.append(broker)
+        return broker
+
+    yield factory
+    for broker in started:
+        broker.stop()
+
+
+@pytest.fixture
+def broker(make_broker: Callable[..., BrokerProcess]) -> BrokerProcess:
+    return make_broker()
