@@ -7,7 +7,7 @@ from dataclasses import asdict
 from typing import TYPE_CHECKING
 
 from idemp.remoting import RemotingCommand, RequestCode, ResponseCode, jsonlenient
-from idemp.remoting.codes import Perm
+from idemp.remoting.codes import DEFAULT_TOPIC, SYSTEM_TOPICS, Perm
 
 from .metadata import TopicConfig, group_from_json, topic_error
 
@@ -116,6 +116,12 @@ def create_topic(server: BrokerServer, conn: Connection, cmd: RemotingCommand) -
     if topic == server.config.brokerClusterName:
         return cmd.response(
             ResponseCode.SYSTEM_ERROR, f"the topic[{topic}] is conflict with system reserved words."
+        )
+    # TopicValidator.isSystemTopic: TBW102, SCHEDULE_TOPIC_XXXX, the transaction topics...
+    # are the broker's own; re-creating TBW102 could e.g. switch off auto-creation.
+    if topic in SYSTEM_TOPICS or topic == DEFAULT_TOPIC or topic.startswith("rmq_sys_"):
+        return cmd.response(
+            ResponseCode.SYSTEM_ERROR, f"The topic[{topic}] is conflict with system topic."
         )
     read, write = cmd.field_int("readQueueNums"), cmd.field_int("writeQueueNums")
     if read <= 0 or write <= 0 or read > 1024 or write > 1024:

@@ -48,9 +48,15 @@ class BrokerConfig:
     traceOn: bool = True
     maxTransferCountOnMessageInMemory: int = 32
     maxTransferBytesOnMessageInMemory: int = 256 * 1024
+    # RocketMQ: system property rocketmq.broker.rebalance.lockMaxLiveTime (queue lock expiry)
+    rebalanceLockMaxLiveTime: int = 60_000
     # idemp-only: where the process binds. RocketMQ binds every interface; idemp binds
     # loopback unless told otherwise, since it is a test double.
     bindAddress: str = "127.0.0.1"
+    # RocketMQ's plain ACL (see acl.py). aclPlainFile is idemp's key for the file's path
+    # (RocketMQ: $ROCKETMQ_HOME/conf/plain_acl.yml, system property rocketmq.acl.plain.file).
+    aclEnable: bool = False
+    aclPlainFile: str = ""
     unknown: dict[str, str] = field(default_factory=dict)
 
     # --- derived values ---------------------------------------------------------

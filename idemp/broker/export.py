@@ -115,6 +115,14 @@ SCHEMA_FIELDS: list[tuple[str, str]] = [
 ]
 
 
+def arrow_schema() -> Any:
+    """SCHEMA_FIELDS as a pyarrow schema (pyarrow spells bool ``bool_``)."""
+    import pyarrow as pa
+
+    return pa.schema([pa.field(n, getattr(pa, "bool_" if t == "bool" else t)())
+                      for n, t in SCHEMA_FIELDS])
+
+
 def rows(store_dir: Path, with_body: bool) -> Iterator[dict[str, Any]]:
     for msg in scan(store_dir / "commitlog"):
         yield row_of(msg, with_body)
@@ -139,7 +147,7 @@ def export(
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    schema = pa.schema([pa.field(n, getattr(pa, t)()) for n, t in SCHEMA_FIELDS])
+    schema = arrow_schema()
     with pq.ParquetWriter(out, schema) as writer:
         batch: list[dict[str, Any]] = []
         for row in rows(store_dir, with_body):

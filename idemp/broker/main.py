@@ -102,6 +102,9 @@ async def _serve(config: BrokerConfig) -> int:
     except OSError as exc:
         print(f"idemp broker: cannot listen: {exc}", file=sys.stderr)
         return 1
+    except ConfigError as exc:  # the ACL file, read at start
+        print(f"idemp broker: {exc}", file=sys.stderr)
+        return 2
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

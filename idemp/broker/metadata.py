@@ -30,16 +30,18 @@ TOPIC_MAX_LENGTH = 127
 
 
 def topic_error(topic: str) -> str | None:
-    """RocketMQ's topic rules; the reason a name is refused, or None."""
-    if not topic:
+    """RocketMQ's topic rules (TopicValidator.validateTopic: blank, then characters,
+    then length, with its remarks); the reason a name is refused, or None."""
+    if not topic or topic.isspace():
         return "The specified topic is blank."
-    if len(topic) > TOPIC_MAX_LENGTH:
-        return f"The specified topic is longer than topic max length {TOPIC_MAX_LENGTH}."
-    if not TOPIC_PATTERN.match(topic):
+    # fullmatch: with match(), "$" also matches before a trailing newline ("T\n").
+    if not TOPIC_PATTERN.fullmatch(topic):
         return (
-            f"The specified topic[{topic}] contains illegal characters, "
+            "The specified topic contains illegal characters, "
             f"allowing only {TOPIC_PATTERN.pattern}"
         )
+    if len(topic) > TOPIC_MAX_LENGTH:
+        return "The specified topic is longer than topic max length."
     return None
 
 

@@ -144,7 +144,9 @@ def send_message(server: BrokerServer, conn: Connection, request: RemotingComman
         born_host=conn.peer_host,
         reconsume_times=cmd.field_int("reconsumeTimes", 0),
     )
-    if request.code == RequestCode.SEND_BATCH_MESSAGE or _java_bool(cmd.ext_fields.get("batch")):
+    # Java decides on the header's batch field alone (SendMessageProcessor
+    # .asyncProcessRequest): even code 320 without batch=true is a single message.
+    if _java_bool(cmd.ext_fields.get("batch")):
         return _send_batch(server, request, base, properties)
     base.body = cmd.body
     base.properties = properties

@@ -26,6 +26,8 @@ from idemp.remoting import (
 )
 from idemp.remoting.codes import RPC_ONEWAY
 
+from .acl import EXCEPTION_PREFIX as ACL_EXCEPTION_PREFIX
+from .acl import AclDenied, PlainAcl, default_acl_path, load_acl
 from .clients import ClientManager
 from .config import BrokerConfig
 from .locks import LockManager
@@ -84,14 +86,20 @@ class Connection(asyncio.Protocol):
 
     # --- dispatch ------------------------------------------------------------------
     def _dispatch(self, cmd: RemotingCommand) -> None:
+        acl = self.server.acl
+        if acl is not None and self.role == "broker" and not self._acl_allows(acl, cmd):
+            return
         handler = self.handlers.get(cmd.code)
         if handler is None:
+            # RocketMQ's broker hands unknown codes to its default processor, which
+            # answers REQUEST_CODE_NOT_SUPPORTED; like every answer, it is dropped for
+            # a oneway request (AdminBrokerProcessor.getUnknownCmdResponse).
             self.reply(
                 cmd.response(
                     ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
                     f" request type {cmd.code} not supported",
                 ),
-                force=True,
+                request=cmd,
             )
             return
         try:
@@ -104,6 +112,24 @@ class Connection(asyncio.Protocol):
             task.add_done_callback(functools.partial(self._finished, cmd))
         elif result is not None:
             self.reply(result, request=cmd)
+
+    def _acl_allows(self, acl: PlainAcl, cmd: RemotingCommand) -> bool:
+        """RocketMQ runs the ACL as an RPC hook before any processor (unknown codes
+        included, on the broker port only) and answers a refusal, like any exception
+        there, with SYSTEM_ERROR and the exception's text (NettyRemotingAbstract)."""
+        try:
+            acl.check(cmd, self.peer_host[0])
+        except AclDenied as exc:
+            log.warning(
+                "broker %s: request code %d refused by ACL (accessKey=%s): %s",
+                self.peer, cmd.code, exc.access_key, exc,
+            )
+            self.reply(
+                cmd.response(ResponseCode.SYSTEM_ERROR, f"{ACL_EXCEPTION_PREFIX}{exc}"),
+                request=cmd,
+            )
+            return False
+        return True
 
     def _finished(self, cmd: RemotingCommand, task: asyncio.Future[RemotingCommand | None]) -> None:
         if task.cancelled():
@@ -129,10 +155,8 @@ class Connection(asyncio.Protocol):
             cmd.response(ResponseCode.SYSTEM_ERROR, str(exc) or type(exc).__name__), request=cmd
         )
 
-    def reply(
-        self, response: RemotingCommand, request: RemotingCommand | None = None, force: bool = False
-    ) -> None:
-        if request is not None and request.is_oneway and not force:
+    def reply(self, response: RemotingCommand, request: RemotingCommand | None = None) -> None:
+        if request is not None and request.is_oneway:
             return
         self.send(response)
 
@@ -163,7 +187,7 @@ class BrokerServer:
         self.max_frame = max_frame
         self.store: MessageStore | None = None
         self.clients = ClientManager()
-        self.locks = LockManager()
+        self.locks = LockManager(config.rebalanceLockMaxLiveTime)
         self.holds = PullHoldService()
         self.connections: set[Connection] = set()
         self.opaques = itertools.count(1)
@@ -173,11 +197,15 @@ class BrokerServer:
         self.broker_addr = ""
         self.namesrv_addr = ""
         self._tasks: list[asyncio.Task[None]] = []
+        self.acl: PlainAcl | None = None
 
     # --- life cycle ----------------------------------------------------------------
     async def start(self) -> None:
         from . import admin, consumers, namesrv, pull, schedule, send, transaction
 
+        if self.config.aclEnable:  # before anything listens: a bad file must stop the start
+            self.acl = load_acl(default_acl_path(self.config))
+            log.info("ACL enabled: %d accounts from %s", len(self.acl.accounts), self.acl.path)
         self.store = MessageStore(self.config)
         self.store.listeners.append(self.holds.arrived)
         for module in (send, pull, consumers, admin, transaction):

@@ -310,7 +310,9 @@ class MessageStore:
                 if is_dispatched(stored.sys_flag):
                     self._index(stored)
         out: list[bytes] = []
-        for phy in self._key_index.get(f"{topic}#{key}", []):
+        # Newest first, as RocketMQ's IndexFile walks a key's hash chain backwards: with
+        # maxNum smaller than the matches, the latest messages are the ones returned.
+        for phy in reversed(self._key_index.get(f"{topic}#{key}", [])):
             msg = self.lookup(phy)
             if msg is None or not begin <= msg.store_timestamp <= end:
                 continue

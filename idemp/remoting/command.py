@@ -123,7 +123,10 @@ def encode_json_header(cmd: RemotingCommand) -> bytes:
         header["remark"] = cmd.remark
     header["serializeTypeCurrentRPC"] = "JSON"
     header["version"] = cmd.version
-    return json.dumps(header, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+    # A lone surrogate (a JSON request may carry "\ud800") cannot be UTF-8: written back
+    # as the same JSON escape, it stays the same string for the peer instead of failing.
+    text = json.dumps(header, ensure_ascii=False, separators=(",", ":"))
+    return text.encode("utf-8", "backslashreplace")
 
 
 def _as_int(obj: dict[str, Any], name: str, default: int) -> int:

@@ -51,9 +51,17 @@ def _pack_host(host: Host) -> tuple[bytes, bool]:
     return addr.packed + struct.pack(">i", host[1]), addr.version == 6
 
 
+_IP_TEXT: dict[bytes, str] = {}  # a pull holds a handful of distinct hosts
+
+
 def _unpack_host(buf: bytes | memoryview, pos: int, v6: bool) -> tuple[Host, int]:
     size = 16 if v6 else 4
-    ip = str(ipaddress.ip_address(bytes(buf[pos : pos + size])))
+    raw = bytes(buf[pos : pos + size])
+    ip = _IP_TEXT.get(raw)
+    if ip is None:
+        ip = str(ipaddress.ip_address(raw))
+        if len(_IP_TEXT) < 4096:
+            _IP_TEXT[raw] = ip
     (port,) = struct.unpack_from(">i", buf, pos + size)
     return (ip, port), pos + size + 4
 

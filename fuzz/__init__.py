@@ -1,0 +1,1 @@
+"""Fuzz harnesses for idemp's remoting codec and broker dispatch (``make fuzz``)."""

@@ -1,0 +1,701 @@
+"""The broker on the wire, driven by a raw client (tests/broker/rawclient.py).
+
+These cover what the official C++ wheel never sends or cannot observe: SEND_MESSAGE_V2
+and SEND_BATCH_MESSAGE, offset and message look-ups, the PULL status table, long
+polling, consumer-group bookkeeping, queue locks, route JSON and generic dispatch.
+Section numbers refer to /work/shared/rocketmq-remoting.md.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import pytest
+
+from idemp.broker.process import BrokerProcess
+from idemp.remoting import (
+    MessageExt,
+    PullSysFlag,
+    RemotingCommand,
+    RequestCode,
+    SerializeType,
+    decode_messages,
+    encode_properties,
+    jsonlenient,
+    parse_offset_msg_id,
+)
+
+from .rawclient import RawClient, batch_body
+
+FAQ = "\nSee http://rocketmq.apache.org/docs/faq/ for further details."
+# How long a test watches for something that must NOT happen (a response to a held
+# pull, a notification). Long enough for a loopback round trip many times over.
+QUIET_S = 0.3
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    """One broker for the module (every test uses its own topics and groups); tests
+    that need a special configuration start their own with ``make_broker``."""
+    with BrokerProcess(tmp_path_factory.mktemp("protocol") / "store") as b:
+        yield b
+
+
+def _v2_ext(topic: str, queue_id: int, props: dict[str, str], **over: object) -> dict[str, object]:
+    ext: dict[str, object] = {
+        "a": "PG_V2",
+        "b": topic,
+        "c": "TBW102",
+        "d": 4,
+        "e": queue_id,
+        "f": 0,
+        "g": 1_700_000_000_123,
+        "h": 7,
+        "i": encode_properties(props),
+        "j": 0,
+        "k": "false",
+        "l": 16,
+        "m": "false",
+    }
+    ext.update(over)
+    return ext
+
+
+def _msgs(resp_body: bytes) -> list[MessageExt]:
+    return decode_messages(resp_body)
+
+
+# --------------------------------------------------------------------------------------
+# sends
+# --------------------------------------------------------------------------------------
+def test_send_message_v2_with_one_letter_keys(broker: BrokerProcess) -> None:
+    with RawClient(broker.broker_addr) as c:
+        props = {"KEYS": "k1 k2", "TAGS": "TagA", "UNIQ_KEY": "U-V2-0", "WAIT": "true"}
+        r0 = c.request(RequestCode.SEND_MESSAGE_V2, _v2_ext("TopicV2", 1, props), b"body-0")
+        r1 = c.request(
+            RequestCode.SEND_MESSAGE_V2,
+            _v2_ext("TopicV2", 1, {**props, "UNIQ_KEY": "U-V2-1"}),
+            b"body-1",
+        )
+        assert (r0.code, r1.code) == (0, 0), (r0.remark, r1.remark)
+        assert r0.ext_fields["queueId"] == "1" and r1.ext_fields["queueId"] == "1"
+        assert (r0.ext_fields["queueOffset"], r1.ext_fields["queueOffset"]) == ("0", "1")
+        assert r0.ext_fields["MSG_REGION"] == "DefaultRegion"
+        assert r0.ext_fields["TRACE_ON"] == "true"
+        host0, phy0 = parse_offset_msg_id(r0.ext_fields["msgId"])
+        host1, phy1 = parse_offset_msg_id(r1.ext_fields["msgId"])
+        assert host0 == host1 == ("127.0.0.1", broker.broker_port)
+        assert phy1 > phy0
+
+        # auto-created from TBW102 with d=4 queues (§4.1)
+        with RawClient(broker.namesrv_addr) as ns:
+            route = ns.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "TopicV2"})
+        assert route.code == 0
+        qd = json.loads(route.body)["queueDatas"]
+        assert [(q["readQueueNums"], q["writeQueueNums"], q["perm"]) for q in qd] == [(4, 4, 6)]
+
+        pulled = c.pull("TopicV2", 1, 0)
+        assert pulled.code == 0
+        msgs = _msgs(pulled.body)
+        assert [m.body for m in msgs] == [b"body-0", b"body-1"]
+        assert [m.queue_offset for m in msgs] == [0, 1]
+        assert [m.commit_log_offset for m in msgs] == [phy0, phy1]
+        m0 = msgs[0]
+        assert (m0.topic, m0.queue_id, m0.flag, m0.born_timestamp) == (
+            "TopicV2",
+            1,
+            7,
+            1_700_000_000_123,
+        )
+        assert m0.store_host == ("127.0.0.1", broker.broker_port)
+        # CLUSTER added; WAIT is not stored (J 4.9.8, §2.4.1 step 6)
+        assert m0.properties == {
+            "KEYS": "k1 k2",
+            "TAGS": "TagA",
+            "UNIQ_KEY": "U-V2-0",
+            "CLUSTER": "DefaultCluster",
+        }
+
+
+def test_send_batch_message_stores_each_entry(broker: BrokerProcess) -> None:
+    with RawClient(broker.broker_addr) as c:
+        assert c.create_topic("TopicBatch", 2).code == 0
+        entries = [(f"b{i}".encode(), {"KEYS": f"k{i}", "UNIQ_KEY": f"U-B-{i}"}) for i in range(3)]
+        ext = _v2_ext("TopicBatch", 1, {"OUTER": "o"}, m="true")
+        r = c.request(RequestCode.SEND_BATCH_MESSAGE, ext, batch_body(entries))
+        assert r.code == 0, r.remark
+        ids = r.ext_fields["msgId"].split(",")
+        assert len(ids) == 3
+        phys = [parse_offset_msg_id(i)[1] for i in ids]
+        assert phys == sorted(phys) and len(set(phys)) == 3
+        assert (r.ext_fields["queueId"], r.ext_fields["queueOffset"]) == ("1", "0")
+
+        # a second batch continues the queue offsets
+        r2 = c.request(
+            RequestCode.SEND_BATCH_MESSAGE,
+            ext,
+            batch_body([(b"b3", {"UNIQ_KEY": "U-B-3"}), (b"b4", {"UNIQ_KEY": "U-B-4"})]),
+        )
+        assert r2.code == 0 and r2.ext_fields["queueOffset"] == "3"
+        assert len(r2.ext_fields["msgId"].split(",")) == 2
+
+        msgs = _msgs(c.pull("TopicBatch", 1, 0).body)
+        assert [m.queue_offset for m in msgs] == [0, 1, 2, 3, 4]
+        assert [m.body for m in msgs] == [b"b0", b"b1", b"b2", b"b3", b"b4"]
+        assert [m.commit_log_offset for m in msgs[:3]] == phys
+        assert msgs[1].properties == {
+            "KEYS": "k1",
+            "UNIQ_KEY": "U-B-1",
+            "OUTER": "o",
+            "CLUSTER": "DefaultCluster",
+        }
+        # each offsetMsgId leads to its own entry
+        for msg_id, body in zip(ids, [b"b0", b"b1", b"b2"]):
+            view = c.request(
+                RequestCode.VIEW_MESSAGE_BY_ID, {"offset": parse_offset_msg_id(msg_id)[1]}
+            )
+            assert view.code == 0 and _msgs(view.body)[0].body == body
+
+
+@pytest.mark.parametrize(
+    "code, ext_key",
+    [(RequestCode.SEND_MESSAGE, "batch"), (RequestCode.SEND_MESSAGE_V2, "m")],
+)
+def test_cpp_batch_flag_one_is_not_a_batch(broker: BrokerProcess, code: int, ext_key: str) -> None:
+    """The C++ client flags a batch with "1"; Java's Boolean.parseBoolean("1") is false,
+    so a real broker stores the whole batch blob as ONE message (§2.4.1)."""
+    blob = batch_body([(b"x0", {"UNIQ_KEY": "U-X-0"}), (b"x1", {"UNIQ_KEY": "U-X-1"})])
+    topic = f"TopicCppBatch{code}"
+    with RawClient(broker.broker_addr) as c:
+        assert c.create_topic(topic, 1).code == 0
+        if code == RequestCode.SEND_MESSAGE:
+            r = c.send_message(topic, blob, {"UNIQ_KEY": "U-OUTER"}, extra={"batch": "1"})
+        else:
+            ext = _v2_ext(topic, 0, {"UNIQ_KEY": "U-OUTER"}, **{ext_key: "1"})
+            r = c.request(code, ext, blob)
+        assert r.code == 0, r.remark
+        assert "," not in r.ext_fields["msgId"]
+        assert r.ext_fields["queueOffset"] == "0"
+        assert c.max_offset(topic) == 1
+        (msg,) = _msgs(c.pull(topic, 0, 0).body)
+        assert msg.body == blob
+        assert msg.properties == {"UNIQ_KEY": "U-OUTER", "CLUSTER": "DefaultCluster"}
+
+
+def test_send_batch_code_without_batch_flag_is_a_single_message(broker: BrokerProcess) -> None:
+    """Java decides on the header's batch field only, not on the request code."""
+    with RawClient(broker.broker_addr) as c:
+        assert c.create_topic("TopicNoFlag", 1).code == 0
+        ext = _v2_ext("TopicNoFlag", 0, {"UNIQ_KEY": "U-NF"})
+        del ext["m"]
+        r = c.request(RequestCode.SEND_BATCH_MESSAGE, ext, b"plain body, not a batch")
+        assert r.code == 0, r.remark
+        (msg,) = _msgs(c.pull("TopicNoFlag", 0, 0).body)
+        assert msg.body == b"plain body, not a batch"
+
+
+# --------------------------------------------------------------------------------------
+# offsets and look-ups (§2.4.8, §2.4.10)
+# --------------------------------------------------------------------------------------
+def _store_times(c: RawClient, topic: str, n: int) -> list[int]:
+    """Send ``n`` messages with distinct store timestamps; return them as stored."""
+    for i in range(n):
+        assert c.send_message(topic, f"t{i}".encode(), {"UNIQ_KEY": f"U-T-{i}"}).code == 0
+        # Store timestamps have 1 ms granularity: 15 ms apart keeps them distinct and
+        # leaves room for "nearest" probes between them. Not a synchronisation.
+        time.sleep(0.015)
+    msgs = c.pull_messages(topic)
+    assert [m.queue_offset for m in msgs] == list(range(n))
+    return [m.store_timestamp for m in msgs]
+
+
+def test_max_min_offset_and_earliest_store_time(broker: BrokerProcess) -> None:
+    with RawClient(broker.broker_addr) as c:
+        assert c.create_topic("TopicOff", 2).code == 0
+        ts = _store_times(c, "TopicOff", 3)
+        for code, expected in (
+            (RequestCode.GET_MAX_OFFSET, "3"),
+            (RequestCode.GET_MIN_OFFSET, "0"),
+        ):
+            r = c.request(code, {"topic": "TopicOff", "queueId": 0})
+            assert (r.code, r.ext_fields) == (0, {"offset": expected})
+        # unknown queue of a known topic, unknown topic: both 0 (the J store creates an
+        # empty consume queue on look-up)
+        for topic, qid in (("TopicOff", 1), ("NoSuchTopic", 5)):
+            for code in (RequestCode.GET_MAX_OFFSET, RequestCode.GET_MIN_OFFSET):
+                r = c.request(code, {"topic": topic, "queueId": qid})
+                assert (r.code, r.ext_fields) == (0, {"offset": "0"})
+        r = c.request(RequestCode.GET_EARLIEST_MSG_STORETIME, {"topic": "TopicOff", "queueId": 0})
+        assert (r.code, r.ext_fields) == (0, {"timestamp": str(ts[0])})
+        r = c.request(RequestCode.GET_EARLIEST_MSG_STORETIME, {"topic": "TopicOff", "queueId": 1})
+        assert (r.code, r.ext_fields) == (0, {"timestamp": "-1"})
+
+
+def test_search_offset_by_timestamp(broker: BrokerProcess) -> None:
+    with RawClient(broker.broker_addr) as c:
+        assert c.create_topic("TopicTs", 1).code == 0
+        t0, t1, t2 = _store_times(c, "TopicTs", 3)
+        assert t0 < t1 < t2 and t1 - t0 >= 4
+
+        def search(ts: int, topic: str = "TopicTs") -> int:
+            r = c.request(
+                RequestCode.SEARCH_OFFSET_BY_TIMESTAMP,
+                {"topic": topic, "queueId": 0, "timestamp": ts},
+            )
+            assert r.code == 0
+            return int(r.ext_fields["offset"])
+
+        mid = t0 + (t1 - t0) // 2  # a tie or nearer t0: Java keeps the earlier entry
+        assert [search(t0), search(t1), search(t2)] == [0, 1, 2]  # exact
+        assert search(t0 + 1) == 0  # nearest is before
+        assert search(t1 - 1) == 1  # nearest is after, not "first >= ts" only by luck
+        assert search(mid) == 0
+        assert search(mid + 1) == 1
+        assert search(t0 - 60_000) == 0  # before everything: the first entry
+        assert search(t2 + 60_000) == 2  # past the end: the last entry (max - 1)
+        assert search(t1, topic="NoSuchTopic") == 0
+
+
+def test_view_message_by_id(broker: BrokerProcess) -> None:
+    with RawClient(broker.broker_addr) as c:
+        r0 = c.send_message("TopicView", b"first", {"KEYS": "kv", "UNIQ_KEY": "U-V-0"})
+        r1 = c.send_message("TopicView", b"second", {"UNIQ_KEY": "U-V-1"})
+        _, phy1 = parse_offset_msg_id(r1.ext_fields["msgId"])
+        view = c.request(RequestCode.VIEW_MESSAGE_BY_ID, {"offset": phy1})
+        assert view.code == 0
+        (msg,) = _msgs(view.body)
+        assert (msg.body, msg.commit_log_offset, msg.topic) == (b"second", phy1, "TopicView")
+        assert msg.offset_msg_id == r1.ext_fields["msgId"]
+        _, phy0 = parse_offset_msg_id(r0.ext_fields["msgId"])
+        for bad in (phy0 + 1, phy1 + 10_000_000, -1):
+            r = c.request(RequestCode.VIEW_MESSAGE_BY_ID, {"offset": bad})
+            assert (r.code, r.remark) == (1, f"can not find message by the offset, {bad}")
+            assert r.body == b""
+
+
+def test_query_message_by_key_and_unique_key(broker: BrokerProcess) -> None:
+    with RawClient(broker.broker_addr) as c:
+        c.send_message("TopicQ", b"q0", {"KEYS": "order-1", "UNIQ_KEY": "U-Q-0"})
+        c.send_message("TopicQ", b"q1", {"KEYS": "order-2 order-1", "UNIQ_KEY": "U-Q-1"})
+        c.send_message("TopicQ", b"q2", {"KEYS": "order-2", "UNIQ_KEY": "U-Q-2"})
+        c.send_message("OtherTopicQ", b"o0", {"KEYS": "order-1", "UNIQ_KEY": "U-Q-3"})
+
+        def query(key: str, topic: str = "TopicQ", **extra: object) -> tuple[int, list[bytes]]:
+            ext = {
+                "topic": topic,
+                "key": key,
+                "maxNum": 32,
+                "beginTimestamp": 0,
+                "endTimestamp": 2**62,
+                **extra,
+            }
+            r = c.request(RequestCode.QUERY_MESSAGE, ext)
+            assert set(r.ext_fields) == {"indexLastUpdateTimestamp", "indexLastUpdatePhyoffset"}
+            return r.code, [m.body for m in _msgs(r.body)]
+
+        # newest first (RocketMQ's index walks a key's chain backwards)
+        assert query("order-1") == (0, [b"q1", b"q0"])
+        assert query("order-2") == (0, [b"q2", b"q1"])
+        assert query("order-1", topic="OtherTopicQ") == (0, [b"o0"])
+        assert query("U-Q-1", _UNIQUE_KEY_QUERY="true") == (0, [b"q1"])
+        assert query("order-1", maxNum=1) == (0, [b"q1"])
+        r = c.request(
+            RequestCode.QUERY_MESSAGE,
+            {
+                "topic": "TopicQ",
+                "key": "nope",
+                "maxNum": 32,
+                "beginTimestamp": 0,
+                "endTimestamp": 2**62,
+            },
+        )
+        assert (r.code, r.remark, r.body) == (
+            22,
+            "can not find message, maybe time range not correct",
+            b"",
+        )
+        # a time range that excludes the messages finds nothing either
+        assert query("order-1", beginTimestamp=0, endTimestamp=1)[0] == 22
+
+
+# --------------------------------------------------------------------------------------
+# PULL (§2.4.2, §4.9)
+# --------------------------------------------------------------------------------------
+@dataclass
+class PullTopic:
+    name: str
+    addr: str
+
+    def connect(self) -> RawClient:
+        return RawClient(self.addr)
+
+
+_pull_topics = itertools.count()
+
+
+@pytest.fixture
+def pull_topic(broker: BrokerProcess) -> PullTopic:
+    """A fresh topic: queue 0 holds A, A, B (tags); queue 1 is empty."""
+    topic = PullTopic(f"TopicP{next(_pull_topics)}", broker.broker_addr)
+    with topic.connect() as c:
+        assert c.create_topic(topic.name, 2).code == 0
+        for i, tag in enumerate("AAB"):
+            assert c.send_message(topic.name, f"p{i}".encode(), {"TAGS": tag}).code == 0
+    return topic
+
+
+def _pull_row(r: RemotingCommand) -> tuple[int, str]:
+    return r.code, r.ext_fields.get("nextBeginOffset", "")
+
+
+def test_pull_status_table(pull_topic: PullTopic) -> None:
+    T = pull_topic.name
+    with pull_topic.connect() as c:
+        found = c.pull(T, 0, 0)
+        assert _pull_row(found) == (0, "3") and found.remark == "FOUND"
+        assert found.ext_fields == {
+            "suggestWhichBrokerId": "0",
+            "nextBeginOffset": "3",
+            "minOffset": "0",
+            "maxOffset": "3",
+        }
+        assert [m.body for m in _msgs(found.body)] == [b"p0", b"p1", b"p2"]
+        one = c.pull(T, 0, 0, max_nums=1)
+        assert _pull_row(one) == (0, "1") and len(_msgs(one.body)) == 1
+        # tag filter: FOUND skips the non-matching entries; next = offset + scanned
+        tagged = c.pull(T, 0, 0, subscription="B")
+        assert _pull_row(tagged) == (0, "3")
+        assert [m.body for m in _msgs(tagged.body)] == [b"p2"]
+        # entries exist but none match
+        nomatch = c.pull(T, 0, 0, subscription="C || D")
+        assert _pull_row(nomatch) == (20, "3") and nomatch.body == b""
+        assert nomatch.remark == "NO_MATCHED_MESSAGE"
+        # empty queue: 19 at offset 0, otherwise 21; next 0
+        assert _pull_row(c.pull(T, 1, 0)) == (19, "0")
+        assert _pull_row(c.pull(T, 1, 5)) == (21, "0")
+        # offset == max: 19, next = offset; without the SUSPEND flag it is answered at
+        # once although the request allows a 15 s suspension
+        t0 = time.monotonic()
+        assert _pull_row(c.pull(T, 0, 3, suspend_ms=15000)) == (19, "3")
+        assert time.monotonic() - t0 < 1.0
+        # offset > max: 21, next = max (J 4.9.4+, [ISSUE #4215])
+        assert _pull_row(c.pull(T, 0, 10)) == (21, "3")
+        # (offset < min cannot happen: idemp never deletes from a queue)
+        # queueId beyond readQueueNums; unknown topic
+        bad_q = c.pull(T, 2, 0)
+        assert bad_q.code == 1 and (bad_q.remark or "").startswith("queueId[2] is illegal")
+        unknown = c.pull("NoSuchTopicP", 0, 0)
+        assert unknown.code == 17
+        assert unknown.remark == f"topic[NoSuchTopicP] not exist, apply first please! {FAQ}"
+
+
+def test_pull_long_polling_hold_and_wake(pull_topic: PullTopic) -> None:
+    T = pull_topic.name
+    with pull_topic.connect() as c, pull_topic.connect() as producer:
+        suspend = PullSysFlag.SUSPEND | PullSysFlag.SUBSCRIPTION
+        held = c.command(
+            RequestCode.PULL_MESSAGE,
+            {
+                "consumerGroup": "G_LP",
+                "topic": T,
+                "queueId": 0,
+                "queueOffset": 3,
+                "maxMsgNums": 32,
+                "sysFlag": suspend,
+                "commitOffset": 0,
+                "suspendTimeoutMillis": 15000,
+                "subscription": "B",
+                "subVersion": 0,
+            },
+        )
+        c.send(held)
+        c.collect(QUIET_S)
+        assert held.opaque not in c.responses  # held, not answered with 19
+        # a message that does not match the held pull's tags does not wake it
+        assert producer.send_message(T, b"p3", {"TAGS": "A"}).code == 0
+        c.collect(QUIET_S)
+        assert held.opaque not in c.responses
+        t_sent = time.monotonic()
+        assert producer.send_message(T, b"p4", {"TAGS": "B"}).code == 0
+        r = c.wait_response(held.opaque, timeout=5.0)
+        assert time.monotonic() - t_sent < 2.0  # woken by the arrival, not the 15 s timer
+        assert _pull_row(r) == (0, "5")
+        assert [m.body for m in _msgs(r.body)] == [b"p4"]
+
+
+def test_pull_hold_times_out_with_not_found(pull_topic: PullTopic) -> None:
+    T = pull_topic.name
+    with pull_topic.connect() as c:
+        t0 = time.monotonic()
+        r = c.pull(
+            T,
+            0,
+            3,
+            sys_flag=PullSysFlag.SUSPEND | PullSysFlag.SUBSCRIPTION,
+            suspend_ms=800,
+            timeout=5.0,
+        )
+        elapsed = time.monotonic() - t0
+        assert _pull_row(r) == (19, "3")
+        assert 0.8 - 0.01 <= elapsed < 4.0
+
+
+def test_pull_commit_offset_flag_and_consumer_offsets(pull_topic: PullTopic) -> None:
+    T = pull_topic.name
+    with pull_topic.connect() as c:
+
+        def query(group: str, qid: int = 0, topic: str = "") -> tuple[int, dict[str, str]]:
+            r = c.request(
+                RequestCode.QUERY_CONSUMER_OFFSET,
+                {"consumerGroup": group, "topic": topic or T, "queueId": qid},
+            )
+            return r.code, r.ext_fields
+
+        # no stored offset on a young queue: SUCCESS with 0 (§2.4.3); also unknown queues
+        assert query("G_NEW") == (0, {"offset": "0"})
+        assert query("G_NEW", qid=1) == (0, {"offset": "0"})
+        assert query("G_NEW", topic="NoSuchTopic") == (0, {"offset": "0"})
+        r = c.request(
+            RequestCode.UPDATE_CONSUMER_OFFSET,
+            {"consumerGroup": "G_NEW", "topic": T, "queueId": 0, "commitOffset": 2},
+        )
+        assert (r.code, r.ext_fields) == (0, {})
+        assert query("G_NEW") == (0, {"offset": "2"})
+        # the clients persist offsets oneway: no response, but applied in order
+        c.oneway(
+            RequestCode.UPDATE_CONSUMER_OFFSET,
+            {"consumerGroup": "G_NEW", "topic": T, "queueId": 0, "commitOffset": 3},
+        )
+        assert query("G_NEW") == (0, {"offset": "3"})
+        # PULL with COMMIT_OFFSET stores commitOffset before answering
+        pr = c.pull(
+            T,
+            0,
+            1,
+            group="G_PULL",
+            sys_flag=PullSysFlag.COMMIT_OFFSET | PullSysFlag.SUBSCRIPTION,
+            commit_offset=1,
+        )
+        assert pr.code == 0
+        assert query("G_PULL") == (0, {"offset": "1"})
+        # without the flag, commitOffset is ignored
+        c.pull(T, 0, 2, group="G_PULL2", sys_flag=PullSysFlag.SUBSCRIPTION, commit_offset=2)
+        assert query("G_PULL2") == (0, {"offset": "0"})
+        assert c.response_counts and max(c.response_counts.values()) == 1
+
+
+# --------------------------------------------------------------------------------------
+# consumer groups (§2.4.4, §2.4.5, §2.4.11)
+# --------------------------------------------------------------------------------------
+def _is_notify(group: str) -> Callable[[RemotingCommand], bool]:
+    def pred(cmd: RemotingCommand) -> bool:
+        return (
+            cmd.code == RequestCode.NOTIFY_CONSUMER_IDS_CHANGED
+            and cmd.ext_fields == {"consumerGroup": group}
+            and cmd.is_oneway
+            and not cmd.is_response
+        )
+
+    return pred
+
+
+def test_consumer_list_and_ids_changed_notifications(broker: BrokerProcess) -> None:
+    g = "G_MEMBERS"
+    with RawClient(broker.broker_addr) as a, RawClient(broker.broker_addr) as probe:
+
+        def expect_one_notify(c: RawClient) -> None:
+            """Exactly one NOTIFY_CONSUMER_IDS_CHANGED for ``g`` arrives (and no other
+            within QUIET_S after it)."""
+            c.wait_pushed(_is_notify(g), timeout=5.0)
+            c.collect(QUIET_S)
+            assert [p for p in c.pushed if _is_notify(g)(p)] == []
+
+        def ids() -> list[str]:
+            r = probe.request(RequestCode.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": g})
+            assert r.code == 0, r.remark
+            return sorted(json.loads(r.body)["consumerIdList"])
+
+        none = probe.request(RequestCode.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": g})
+        assert (none.code, none.remark, none.body) == (1, f"no consumer for this group, {g}", b"")
+
+        assert a.heartbeat("10.0.0.1@111#DEFAULT", [g]).code == 0
+        expect_one_notify(a)  # a new channel changes the group, its first member included
+        assert a.heartbeat("10.0.0.1@111#DEFAULT", [g]).code == 0
+        a.collect(QUIET_S)
+        assert a.pushed == []  # an unchanged heartbeat notifies nobody
+        assert ids() == ["10.0.0.1@111#DEFAULT"]
+
+        b = RawClient(broker.broker_addr)
+        try:
+            # the wheel's id form comes back unchanged
+            assert b.heartbeat("4242-127.0.0.1@DEFAULT", [g]).code == 0
+            expect_one_notify(a)
+            expect_one_notify(b)
+            assert ids() == ["10.0.0.1@111#DEFAULT", "4242-127.0.0.1@DEFAULT"]
+        finally:
+            b.close()
+        expect_one_notify(a)  # b's connection closed
+        assert ids() == ["10.0.0.1@111#DEFAULT"]
+
+        r = a.request(
+            RequestCode.UNREGISTER_CLIENT,
+            {"clientID": "10.0.0.1@111#DEFAULT", "consumerGroup": g, "producerGroup": ""},
+        )
+        assert r.code == 0
+        none = probe.request(RequestCode.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": g})
+        assert (none.code, none.remark) == (1, f"no consumer for this group, {g}")
+        assert probe.pushed == []  # not a member: never notified
+
+
+# --------------------------------------------------------------------------------------
+# queue locks (§2.4.6, §4.7)
+# --------------------------------------------------------------------------------------
+def _mqs(*qids: int) -> list[dict[str, object]]:
+    return [{"topic": "TopicL", "brokerName": "broker-a", "queueId": q} for q in qids]
+
+
+def _lock(c: RawClient, client_id: str, qids: list[int], code: int = 41) -> list[int]:
+    body = {"consumerGroup": "G_LOCK", "clientId": client_id, "mqSet": _mqs(*qids)}
+    r = c.request(code, body=json.dumps(body).encode())
+    assert r.code == 0, r.remark
+    if code == RequestCode.UNLOCK_BATCH_MQ:
+        assert r.body == b""
+        return []
+    got = json.loads(r.body)["lockOKMQSet"]
+    assert all(m["topic"] == "TopicL" and m["brokerName"] == "broker-a" for m in got)
+    return sorted(m["queueId"] for m in got)
+
+
+def test_lock_and_unlock_batch(broker: BrokerProcess) -> None:
+    with RawClient(broker.broker_addr) as c:
+        assert _lock(c, "X", [0, 1]) == [0, 1]
+        assert _lock(c, "Y", [1, 2]) == [2]  # 1 is X's and not expired
+        assert _lock(c, "X", [0, 1, 2]) == [0, 1]  # renewing; 2 is Y's
+        _lock(c, "Y", [0, 1], code=RequestCode.UNLOCK_BATCH_MQ)  # not the holder: no effect
+        assert _lock(c, "Y", [0, 1]) == []
+        _lock(c, "X", [1], code=RequestCode.UNLOCK_BATCH_MQ)
+        assert _lock(c, "Y", [0, 1]) == [1]
+        # the wheel sends the body with a trailing newline
+        body = json.dumps({"consumerGroup": "G_LOCK", "clientId": "X", "mqSet": _mqs(0)})
+        r = c.request(RequestCode.LOCK_BATCH_MQ, body=body.encode() + b"\n")
+        assert r.code == 0 and json.loads(r.body)["lockOKMQSet"] == _mqs(0)
+
+
+def test_lock_held_by_another_is_taken_over_once_expired(
+    make_broker: Callable[..., BrokerProcess],
+) -> None:
+    """rocketmq.broker.rebalance.lockMaxLiveTime, shortened to 300 ms."""
+    expiry = make_broker(rebalanceLockMaxLiveTime=300)
+    with RawClient(expiry.broker_addr) as c:
+        assert _lock(c, "X", [0]) == [0]
+        t_locked = time.monotonic()
+        deadline = t_locked + 5.0
+        while _lock(c, "Y", [0]) != [0]:
+            assert time.monotonic() < deadline, "an expired lock was never taken over"
+            time.sleep(0.02)  # polling the lock table; bounded by the deadline
+        assert time.monotonic() - t_locked >= 0.3  # not before it expired
+        assert _lock(c, "X", [0]) == []  # Y holds it now, fresh
+
+
+# --------------------------------------------------------------------------------------
+# nameserver (§2.3.1)
+# --------------------------------------------------------------------------------------
+def test_route_json_forms(broker: BrokerProcess) -> None:
+    with RawClient(broker.broker_addr) as c:
+        assert c.create_topic("TopicRoute", 3).code == 0
+    addr = broker.broker_addr
+    with RawClient(broker.namesrv_addr, language="CPP", version=63) as ns:
+        old = ns.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "TopicRoute"})
+        assert old.code == 0
+        assert f'"brokerAddrs":{{0:"{addr}"}}'.encode() in old.body
+        with pytest.raises(ValueError):
+            json.loads(old.body)
+        lenient = jsonlenient.loads(old.body)
+        assert lenient["brokerDatas"][0]["brokerName"] == "broker-a"
+        asked = ns.request(
+            RequestCode.GET_ROUTEINFO_BY_TOPIC,
+            {"topic": "TopicRoute", "acceptStandardJsonOnly": "true"},
+        )
+        assert json.loads(asked.body)["brokerDatas"][0]["brokerAddrs"] == {"0": addr}
+        new = ns.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "TopicRoute"}, version=401)
+        route = json.loads(new.body)
+        assert route["brokerDatas"] == [
+            {"brokerAddrs": {"0": addr}, "brokerName": "broker-a", "cluster": "DefaultCluster"}
+        ]
+        assert route["queueDatas"] == [
+            {
+                "brokerName": "broker-a",
+                "perm": 6,
+                "readQueueNums": 3,
+                "topicSysFlag": 0,
+                "writeQueueNums": 3,
+            }
+        ]
+        assert route["filterServerTable"] == {}
+        missing = ns.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "NoSuchTopicR"})
+        assert (missing.code, missing.body) == (17, b"")
+        assert missing.remark == (
+            "No topic route info in name server for the topic: NoSuchTopicR" + FAQ
+        )
+
+
+# --------------------------------------------------------------------------------------
+# generic dispatch (§1.2, §1.5, §1.6)
+# --------------------------------------------------------------------------------------
+def test_unknown_request_code_is_answered_but_not_when_oneway(broker: BrokerProcess) -> None:
+    """RocketMQ 4.9.7's broker answers an unknown code with 3 through its default
+    processor, and drops that answer for a oneway request like any other."""
+    with RawClient(broker.broker_addr) as c:
+        r = c.request(9999, {"x": "y"})
+        assert (r.code, r.remark) == (3, " request type 9999 not supported")
+        opaque = c.oneway(4321, {})
+        # One connection is served in order: had the oneway been answered, that answer
+        # would have arrived before this one.
+        assert c.max_offset("AnyTopic") == 0
+        assert c.response_counts[opaque] == 0
+
+
+def test_responses_have_flag_bit_0_and_string_ext_fields(broker: BrokerProcess) -> None:
+    """Check the raw response headers the codec would otherwise normalise."""
+    with RawClient(broker.broker_addr, language="CPP", version=63) as c:
+        c.send_message("TopicRawHdr", b"x", {"UNIQ_KEY": "U-RH"})
+        c.pull("TopicRawHdr", 0, 0)
+        c.pull("TopicRawHdr", 0, 1)
+        c.pull("TopicRawHdr", 0, 9)
+        c.request(
+            RequestCode.QUERY_CONSUMER_OFFSET, {"consumerGroup": "G", "topic": "T", "queueId": 0}
+        )
+        c.request(RequestCode.GET_MAX_OFFSET, {"topic": "TopicRawHdr", "queueId": 0})
+        c.request(
+            RequestCode.SEARCH_OFFSET_BY_TIMESTAMP,
+            {"topic": "TopicRawHdr", "queueId": 0, "timestamp": 0},
+        )
+        c.request(RequestCode.GET_EARLIEST_MSG_STORETIME, {"topic": "TopicRawHdr", "queueId": 0})
+        c.heartbeat("1-127.0.0.1@DEFAULT", ["G_HDR"])
+        c.request(RequestCode.SEND_MESSAGE, {})  # a refused request
+        c.request(777, {})  # unknown code
+        with RawClient(broker.namesrv_addr, language="CPP", version=63) as ns:
+            ns.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "TopicRawHdr"})
+            ns.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "NoSuchTopicH"})
+            headers = list(c.raw_headers.values()) + list(ns.raw_headers.values())
+    assert len(headers) == 13
+    for h in headers:
+        assert h["flag"] & 1 == 1 and h["flag"] & 2 == 0, h
+        assert isinstance(h["code"], int) and isinstance(h["opaque"], int)
+        assert all(isinstance(v, str) for v in h.get("extFields", {}).values()), h
+    sent = next(h for h in headers if "msgId" in h.get("extFields", {}))
+    assert set(sent["extFields"]) >= {"msgId", "queueId", "queueOffset"}
+
+
+def test_binary_header_request_gets_a_binary_header_response(broker: BrokerProcess) -> None:
+    with RawClient(broker.broker_addr) as c:
+        cmd = c.command(RequestCode.GET_MAX_OFFSET, {"topic": "TopicBin", "queueId": 0})
+        cmd.serialize_type = SerializeType.ROCKETMQ
+        c.send(cmd)
+        r = c.wait_response(cmd.opaque)
+        assert r.serialize_type == SerializeType.ROCKETMQ
+        assert (r.code, r.ext_fields) == (0, {"offset": "0"})
