@@ -1,0 +1,103 @@
+"""ProcessQueue: the messages pulled for one queue and not yet consumed.
+
+Kept sorted by queue offset. The concurrent runner removes what it consumed (the
+offset to commit is then the smallest offset still held). The orderly runner *takes*
+messages into a separate "consuming" map, then commits them (offset = last + 1) or
+puts them back (a failure: they are consumed again, in order). ``consume_lock`` is the
+third lock of the orderly model: held while a listener runs, and taken by rebalance
+before the queue is given away.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import bisect
+import time
+
+from idemp.remoting import MessageExt
+
+
+class ProcessQueue:
+    def __init__(self) -> None:
+        self._offsets: list[int] = []
+        self._msgs: dict[int, MessageExt] = {}
+        self.consuming: dict[int, MessageExt] = {}
+        self.msg_size = 0
+        self.max_offset = -1  # highest offset ever put
+        self.dropped = False
+        self.locked = False
+        self.last_lock_time = 0.0
+        self.last_pull_time = time.monotonic()
+        self.last_consume_time = time.monotonic()
+        self.consume_lock = asyncio.Lock()
+        self.running = False  # an orderly consume task is scheduled or running
+
+    # --- shared ------------------------------------------------------------------
+    @property
+    def msg_count(self) -> int:
+        return len(self._msgs) + len(self.consuming)
+
+    def put(self, msgs: list[MessageExt]) -> None:
+        for m in msgs:
+            off = m.queue_offset
+            if off in self._msgs or off in self.consuming:
+                continue
+            if not self._offsets or off > self._offsets[-1]:
+                self._offsets.append(off)
+            else:
+                bisect.insort(self._offsets, off)
+            self._msgs[off] = m
+            self.msg_size += len(m.body)
+            if off > self.max_offset:
+                self.max_offset = off
+
+    def lock_expired(self, expiry: float) -> bool:
+        return time.monotonic() - self.last_lock_time > expiry
+
+    def clear(self) -> None:
+        self._offsets.clear()
+        self._msgs.clear()
+        self.consuming.clear()
+        self.msg_size = 0
+
+    # --- concurrent --------------------------------------------------------------
+    def remove(self, msgs: list[MessageExt]) -> int:
+        """Forget consumed messages; return the offset to commit (-1: nothing new)."""
+        if not self._msgs and not msgs:
+            return -1
+        for m in msgs:
+            if self._msgs.pop(m.queue_offset, None) is not None:
+                self.msg_size -= len(m.body)
+                i = bisect.bisect_left(self._offsets, m.queue_offset)
+                if i < len(self._offsets) and self._offsets[i] == m.queue_offset:
+                    del self._offsets[i]
+        return self._offsets[0] if self._offsets else self.max_offset + 1
+
+    # --- orderly -----------------------------------------------------------------
+    def take(self, n: int) -> list[MessageExt]:
+        taken = self._offsets[:n]
+        del self._offsets[:n]
+        out: list[MessageExt] = []
+        for off in taken:
+            m = self._msgs.pop(off)
+            self.consuming[off] = m
+            out.append(m)
+        return out
+
+    def commit(self, msgs: list[MessageExt]) -> int:
+        """The taken ``msgs`` were consumed; return the offset after the last one."""
+        for m in msgs:
+            if self.consuming.pop(m.queue_offset, None) is not None:
+                self.msg_size -= len(m.body)
+        if self.consuming:
+            return min(self.consuming)
+        return max(m.queue_offset for m in msgs) + 1 if msgs else -1
+
+    def put_back(self, msgs: list[MessageExt]) -> None:
+        for m in msgs:
+            if self.consuming.pop(m.queue_offset, None) is not None:
+                self.msg_size -= len(m.body)
+        self.put(msgs)
+
+    def has_ready(self) -> bool:
+        return bool(self._offsets)

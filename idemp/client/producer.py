@@ -1,0 +1,422 @@
+"""Producer: sync, batch, delayed, orderly (by sharding key) and transactional sends.
+
+The core is asyncio (``AsyncProducer``, on the client instance's loop); ``Producer``
+is the blocking facade. Queue choice: round-robin over the topic's publish queues,
+skipping the broker of the previous failed attempt; orderly sends use
+``std::hash(key) % queues`` (see ``sharding``) and are never retried on another queue,
+since that would break the key's order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import itertools
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from idemp.remoting import (
+    BatchEntry,
+    MessageExt,
+    MessageSysFlag,
+    Prop,
+    RemotingCommand,
+    RequestCode,
+    ResponseCode,
+    UniqKeyGenerator,
+    encode_batch,
+    encode_properties,
+    parse_offset_msg_id,
+)
+from idemp.remoting.message import compress_body
+
+from .instance import ClientInstance
+from .route import MessageQueue
+from .settings import ClientSettings, ProducerSettings
+from .sharding import queue_index_for_key
+from .transport import Connection, RemotingError, ResponseError
+
+log = logging.getLogger("idemp.client.producer")
+
+_SENT_CODES = {
+    ResponseCode.SUCCESS,
+    ResponseCode.FLUSH_DISK_TIMEOUT,
+    ResponseCode.FLUSH_SLAVE_TIMEOUT,
+    ResponseCode.SLAVE_NOT_AVAILABLE,
+}
+
+
+class SendError(RemotingError):
+    pass
+
+
+class SendStatus(str, enum.Enum):
+    SEND_OK = "SEND_OK"
+    FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"
+    FLUSH_SLAVE_TIMEOUT = "FLUSH_SLAVE_TIMEOUT"
+    SLAVE_NOT_AVAILABLE = "SLAVE_NOT_AVAILABLE"
+
+
+class TransactionState(enum.IntEnum):
+    """Values are END_TRANSACTION's commitOrRollback."""
+
+    UNKNOWN = 0
+    COMMIT = 8
+    ROLLBACK = 12
+
+
+@dataclass
+class OutMessage:
+    """A message to send. ``delay_level`` 1..18 maps to the broker's messageDelayLevel."""
+
+    topic: str
+    body: bytes
+    tags: str | None = None
+    keys: Sequence[str] = ()
+    properties: dict[str, str] = field(default_factory=dict)
+    delay_level: int = 0
+    flag: int = 0
+
+    def wire_properties(self) -> dict[str, str]:
+        props = dict(self.properties)
+        if self.keys:
+            props[Prop.KEYS] = " ".join(self.keys)
+        if self.tags:
+            props[Prop.TAGS] = self.tags
+        if self.delay_level > 0:
+            props[Prop.DELAY] = str(self.delay_level)
+        return props
+
+
+@dataclass
+class SendResult:
+    status: SendStatus
+    msg_id: str  # UNIQ_KEY (comma-joined for a batch)
+    offset_msg_id: str
+    queue: MessageQueue
+    queue_offset: int
+    transaction_id: str | None = None
+    transaction_state: TransactionState | None = None
+
+
+LocalTransaction = Callable[[OutMessage, SendResult], TransactionState]
+TransactionCheck = Callable[[MessageExt], TransactionState]
+
+
+class AsyncProducer:
+    def __init__(
+        self,
+        settings: ProducerSettings,
+        instance: ClientInstance,
+        check: TransactionCheck | None = None,
+    ) -> None:
+        self.settings = settings
+        self.group = settings.group
+        self.instance = instance
+        self.check = check
+        self.ids = UniqKeyGenerator(instance.settings.client_ip)
+        self._rr = itertools.count()
+
+    # --- queue selection ---------------------------------------------------------
+    async def publish_queues(self, topic: str) -> list[MessageQueue]:
+        route = await self.instance.route(
+            topic, self.settings.create_topic_key, self.settings.default_topic_queue_nums
+        )
+        queues = route.publish_queues()
+        if not queues:
+            raise SendError(f"topic {topic} has no writable queue")
+        return queues
+
+    def _pick(self, queues: list[MessageQueue], avoid: str | None) -> MessageQueue:
+        for _ in range(len(queues)):
+            mq = queues[next(self._rr) % len(queues)]
+            if mq.broker_name != avoid:
+                return mq
+        return queues[next(self._rr) % len(queues)]
+
+    # --- sending -----------------------------------------------------------------
+    async def send(
+        self,
+        msg: OutMessage,
+        *,
+        queue: MessageQueue | None = None,
+        sharding_key: str | None = None,
+        transactional: bool = False,
+    ) -> SendResult:
+        props = msg.wire_properties()
+        uniq = self.ids.next_id()
+        props[Prop.UNIQ_KEY] = uniq
+        props.setdefault(Prop.WAIT, "true")
+        sys_flag = 0
+        if transactional:
+            props[Prop.TRAN_MSG] = "true"
+            props[Prop.PGROUP] = self.group
+            sys_flag |= MessageSysFlag.TRANSACTION_PREPARED
+        body = msg.body
+        if len(body) >= self.settings.compress_over:
+            body, sys_flag = compress_body(body, sys_flag)
+        if len(msg.body) > self.settings.max_message_size:
+            raise SendError(
+                f"message body of {len(msg.body)} bytes exceeds {self.settings.max_message_size}"
+            )
+        fixed: MessageQueue | None = queue
+        if sharding_key is not None:
+            queues = await self.publish_queues(msg.topic)
+            fixed = queues[queue_index_for_key(sharding_key, len(queues))]
+            props[Prop.SHARDING_KEY] = sharding_key
+        ext = {
+            "a": self.group,
+            "b": msg.topic,
+            "c": self.settings.create_topic_key,
+            "d": str(self.settings.default_topic_queue_nums),
+            "f": str(sys_flag),
+            "h": str(msg.flag),
+            "i": encode_properties(props),
+            "j": "0",
+            "k": "false",
+        }
+        result = await self._send_with_retry(
+            msg.topic, RequestCode.SEND_MESSAGE_V2, ext, body, fixed
+        )
+        result.msg_id = uniq
+        return result
+
+    async def send_batch(self, msgs: Sequence[OutMessage]) -> SendResult:
+        """One request, one queue; every message gets its own UNIQ_KEY."""
+        if not msgs:
+            raise ValueError("an empty batch")
+        topic = msgs[0].topic
+        entries: list[BatchEntry] = []
+        ids: list[str] = []
+        for m in msgs:
+            if m.topic != topic:
+                raise ValueError("all messages of a batch must have the same topic")
+            if m.delay_level > 0:
+                raise ValueError("batch messages may not be delayed")
+            props = m.wire_properties()
+            uniq = self.ids.next_id()
+            props[Prop.UNIQ_KEY] = uniq
+            props.setdefault(Prop.WAIT, "true")
+            ids.append(uniq)
+            entries.append(BatchEntry(m.body, props, m.flag))
+        body = encode_batch(entries)
+        ext = {
+            "a": self.group,
+            "b": topic,
+            "c": self.settings.create_topic_key,
+            "d": str(self.settings.default_topic_queue_nums),
+            "f": "0",
+            "h": "0",
+            "i": "",
+            "j": "0",
+            "k": "false",
+            "m": "true",
+        }
+        result = await self._send_with_retry(topic, RequestCode.SEND_BATCH_MESSAGE, ext, body, None)
+        result.msg_id = ",".join(ids)
+        return result
+
+    async def _send_with_retry(
+        self, topic: str, code: int, ext: dict[str, str], body: bytes, fixed: MessageQueue | None
+    ) -> SendResult:
+        attempts = 1 if fixed is not None else 1 + self.settings.retry_times_when_send_failed
+        deadline = time.monotonic() + self.settings.send_timeout
+        avoid: str | None = None
+        errors: list[str] = []
+        for attempt in range(attempts):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            mq: MessageQueue | None = fixed
+            try:
+                if mq is None:
+                    mq = self._pick(await self.publish_queues(topic), avoid)
+                return await self._send_to(mq, code, dict(ext), body, remaining)
+            except RemotingError as exc:
+                errors.append(f"attempt {attempt + 1}: {exc}")
+                avoid = mq.broker_name if mq is not None else None
+                if isinstance(exc, ResponseError) and exc.code in (
+                    ResponseCode.MESSAGE_ILLEGAL,
+                    ResponseCode.NO_PERMISSION,
+                ):
+                    break
+                # A fresh route may move us off a dead broker.
+                try:
+                    await self.instance.update_route(
+                        topic,
+                        self.settings.create_topic_key,
+                        self.settings.default_topic_queue_nums,
+                    )
+                except RemotingError:
+                    pass
+        raise SendError(f"send to {topic} failed: " + "; ".join(errors or ["timeout"]))
+
+    async def _send_to(
+        self, mq: MessageQueue, code: int, ext: dict[str, str], body: bytes, timeout: float
+    ) -> SendResult:
+        addr = self.instance.master_addr(mq.broker_name)
+        if addr is None:
+            raise SendError(f"no master address for broker {mq.broker_name}")
+        ext["e"] = str(mq.queue_id)
+        ext["g"] = str(int(time.time() * 1000))
+        resp = await self.instance.broker_call(addr, code, ext, body, timeout)
+        if resp.code not in _SENT_CODES:
+            raise ResponseError(resp.code, resp.remark, f"send to {mq}")
+        status = {
+            ResponseCode.SUCCESS: SendStatus.SEND_OK,
+            ResponseCode.FLUSH_DISK_TIMEOUT: SendStatus.FLUSH_DISK_TIMEOUT,
+            ResponseCode.FLUSH_SLAVE_TIMEOUT: SendStatus.FLUSH_SLAVE_TIMEOUT,
+            ResponseCode.SLAVE_NOT_AVAILABLE: SendStatus.SLAVE_NOT_AVAILABLE,
+        }[ResponseCode(resp.code)]
+        f = resp.ext_fields
+        return SendResult(
+            status=status,
+            msg_id="",
+            offset_msg_id=f.get("msgId", ""),
+            queue=MessageQueue(mq.topic, mq.broker_name, int(f.get("queueId", mq.queue_id))),
+            queue_offset=int(f.get("queueOffset", "-1")),
+            transaction_id=f.get("transactionId") or None,
+        )
+
+    # --- transactions ------------------------------------------------------------
+    async def end_transaction(
+        self,
+        result: SendResult,
+        state: TransactionState,
+        addr: str | None = None,
+        from_check: bool = False,
+    ) -> None:
+        commit_log_offset = parse_offset_msg_id(result.offset_msg_id)[1]
+        target = addr or self.instance.master_addr(result.queue.broker_name)
+        if target is None:
+            raise SendError(f"no master address for broker {result.queue.broker_name}")
+        await self.instance.broker_oneway(
+            target,
+            RequestCode.END_TRANSACTION,
+            {
+                "producerGroup": self.group,
+                "tranStateTableOffset": str(result.queue_offset),
+                "commitLogOffset": str(commit_log_offset),
+                "commitOrRollback": str(int(state)),
+                "fromTransactionCheck": "true" if from_check else "false",
+                "msgId": result.msg_id,
+                "transactionId": result.transaction_id or result.msg_id,
+            },
+        )
+
+    async def check_transaction(self, conn: Connection, cmd: RemotingCommand) -> None:
+        """Answer a broker's CHECK_TRANSACTION_STATE with END_TRANSACTION (oneway)."""
+        from idemp.remoting import decode_messages
+
+        if self.check is None:
+            log.warning("transaction check for group %s but no check callback", self.group)
+            return
+        msg = decode_messages(cmd.body)[0]
+        loop = asyncio.get_running_loop()
+        try:
+            state = await loop.run_in_executor(None, self.check, msg)
+        except Exception:
+            log.exception("transaction check callback failed; answering UNKNOW")
+            state = TransactionState.UNKNOWN
+        f = cmd.ext_fields
+        await self.instance.broker_oneway(
+            conn.addr,
+            RequestCode.END_TRANSACTION,
+            {
+                "producerGroup": self.group,
+                "tranStateTableOffset": f.get("tranStateTableOffset", "0"),
+                "commitLogOffset": f.get("commitLogOffset", "0"),
+                "commitOrRollback": str(int(state)),
+                "fromTransactionCheck": "true",
+                "msgId": msg.uniq_key or f.get("msgId", ""),
+                "transactionId": f.get("transactionId", msg.uniq_key or ""),
+            },
+        )
+
+
+class Producer:
+    """Blocking facade: ``Producer(namesrv, group).start()``; ``send``; ``shutdown``."""
+
+    def __init__(
+        self,
+        namesrv_addr: str | None = None,
+        group: str = "DEFAULT_PRODUCER",
+        *,
+        settings: ProducerSettings | None = None,
+        client: ClientSettings | None = None,
+        transaction_check: TransactionCheck | None = None,
+    ) -> None:
+        self.settings = settings or ProducerSettings(group=group)
+        self.client_settings = client or ClientSettings()
+        if namesrv_addr:
+            self.client_settings.namesrv_addr = namesrv_addr
+        self.transaction_check = transaction_check
+        self.instance: ClientInstance | None = None
+        self.core: AsyncProducer | None = None
+
+    def start(self) -> Producer:
+        self.instance = ClientInstance.acquire(self.client_settings)
+        self.core = AsyncProducer(self.settings, self.instance, self.transaction_check)
+        self.instance.producers[self.settings.group] = self.core
+        return self
+
+    def _call(self, coro: Any) -> Any:
+        if self.instance is None:
+            coro.close()
+            raise RuntimeError("producer is not started")
+        return self.instance.loop_thread.call(coro)
+
+    def _core(self) -> AsyncProducer:
+        if self.core is None:
+            raise RuntimeError("producer is not started")
+        return self.core
+
+    def send(self, msg: OutMessage, queue: MessageQueue | None = None) -> SendResult:
+        result: SendResult = self._call(self._core().send(msg, queue=queue))
+        return result
+
+    def send_orderly(self, msg: OutMessage, sharding_key: str) -> SendResult:
+        """The queue is ``std::hash(sharding_key) % queues``, as the official client."""
+        result: SendResult = self._call(self._core().send(msg, sharding_key=sharding_key))
+        return result
+
+    def send_batch(self, msgs: Sequence[OutMessage]) -> SendResult:
+        result: SendResult = self._call(self._core().send_batch(msgs))
+        return result
+
+    def send_in_transaction(self, msg: OutMessage, local: LocalTransaction) -> SendResult:
+        """Half message, then ``local(msg, result)`` in this thread, then commit/rollback."""
+        if self.core is None:
+            raise RuntimeError("producer is not started")
+        core = self.core
+        result: SendResult = self._call(core.send(msg, transactional=True))
+        try:
+            state = local(msg, result)
+        except Exception:
+            log.exception("local transaction raised; rolling back")
+            state = TransactionState.ROLLBACK
+        self._call(core.end_transaction(result, state))
+        result.transaction_state = state
+        return result
+
+    def shutdown(self) -> None:
+        if self.instance is None:
+            return
+        inst = self.instance
+        inst.producers.pop(self.settings.group, None)
+        try:
+            inst.loop_thread.call(inst.unregister(producer_group=self.settings.group), timeout=10)
+        except Exception as exc:
+            log.info("unregister failed: %s", exc)
+        self.instance = None
+        self.core = None
+        inst.release()
+
+    def __enter__(self) -> Producer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()

@@ -1,0 +1,77 @@
+"""One message model for every client, and the listener result contract.
+
+The official client's adapter, idemp's own runners and the tests all hand listeners
+an ``idemp.Message``; a listener's return value is read with :func:`ack_of`, so a
+runner never needs to know what produced it (a plain function, a decorated listener).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+from types import MappingProxyType
+from typing import Any
+
+_EMPTY: Mapping[str, str] = MappingProxyType({})
+
+
+class ConsumeResult(Enum):
+    """What a listener tells its runner: ack the message, or have it come back."""
+
+    SUCCESS = "success"
+    RECONSUME_LATER = "reconsume_later"
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    topic: str
+    body: bytes
+    keys: tuple[str, ...] = ()
+    tags: str | None = None
+    properties: Mapping[str, str] = field(default_factory=lambda: _EMPTY)
+    msg_id: str = ""
+    offset_msg_id: str | None = None
+    queue_id: int = -1
+    queue_offset: int = -1
+    broker_name: str | None = None
+    reconsume_times: int = 0
+    born_timestamp: int = 0
+    store_timestamp: int = 0
+    consumer_group: str | None = None
+
+    @property
+    def key(self) -> str | None:
+        """The first message key (``KEYS`` is space-separated), or None."""
+        return self.keys[0] if self.keys else None
+
+    def text(self, encoding: str = "utf-8") -> str:
+        return self.body.decode(encoding)
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+    def property(self, name: str, default: str | None = None) -> str | None:
+        return self.properties.get(name, default)
+
+
+def ack_of(result: object) -> bool:
+    """How a runner reads a listener's return value.
+
+    ``None``/``True``/``SUCCESS`` ack; ``False``/``RECONSUME_LATER`` retry; an object
+    with a ``consume_result`` attribute (a decorated listener's outcome) is read
+    through it. Raising is handled by the runner and always means retry.
+    """
+    if result is None or result is True:
+        return True
+    if result is False:
+        return False
+    if isinstance(result, ConsumeResult):
+        return result is ConsumeResult.SUCCESS
+    inner = getattr(result, "consume_result", None)
+    if isinstance(inner, ConsumeResult):
+        return inner is ConsumeResult.SUCCESS
+    raise TypeError(
+        f"a listener returned {result!r}; expected None, a bool or a ConsumeResult"
+    )

@@ -1,0 +1,134 @@
+"""What both runners share: the consumer they drive and how a listener is called."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import logging
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from idemp.client.consumer import PushConsumer
+from idemp.client.processqueue import ProcessQueue
+from idemp.client.route import MessageQueue
+from idemp.client.settings import ClientSettings, ConsumerSettings
+from idemp.message import Message, ack_of
+from idemp.remoting import MessageExt
+
+log = logging.getLogger("idemp.runners")
+
+Listener = Callable[[Message], Any]
+
+
+def is_async_listener(listener: Listener) -> bool:
+    return inspect.iscoroutinefunction(listener) or inspect.iscoroutinefunction(
+        getattr(listener, "__call__", None)  # noqa: B004 - a callable object's method
+    )
+
+
+def _call_sync(listener: Listener, msgs: list[Message], stop_on_failure: bool) -> list[bool]:
+    out: list[bool] = []
+    for m in msgs:
+        try:
+            ok = ack_of(listener(m))
+        except Exception:
+            log.exception("listener raised on %s (reconsume later)", m.msg_id)
+            ok = False
+        out.append(ok)
+        if not ok and stop_on_failure:
+            break
+    return out
+
+
+class RunnerBase:
+    """Builds the PushConsumer and owns the listener's thread pool."""
+
+    orderly = False
+
+    def __init__(
+        self,
+        listener: Listener,
+        *,
+        namesrv_addr: str | None = None,
+        group: str | None = None,
+        settings: ConsumerSettings | None = None,
+        client: ClientSettings | None = None,
+    ) -> None:
+        self.listener = listener
+        self.settings = settings or ConsumerSettings()
+        if group:
+            self.settings.group = group
+        self.client_settings = client or ClientSettings()
+        if namesrv_addr:
+            self.client_settings.namesrv_addr = namesrv_addr
+        self.is_async = is_async_listener(listener)
+        self.executor: ThreadPoolExecutor | None = None
+        self.consumer = PushConsumer(self.settings, self.client_settings, self)
+        self.stopping = False
+        self._async_slots: asyncio.Semaphore | None = None
+
+    # --- facade ------------------------------------------------------------------
+    def subscribe(self, topic: str, expression: str = "*") -> None:
+        self.consumer.subscribe(topic, expression)
+
+    def start(self, timeout: float | None = None) -> None:
+        self.consumer.start(timeout)
+
+    def shutdown(self, timeout: float = 90.0) -> None:
+        try:
+            self.consumer.shutdown(timeout)
+        finally:
+            if self.executor is not None:
+                self.executor.shutdown(wait=False)
+
+    def __enter__(self) -> RunnerBase:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+    # --- ConsumeService ------------------------------------------------------------
+    def service_start(self, consumer: PushConsumer) -> None:
+        self.executor = ThreadPoolExecutor(
+            self.settings.consume_thread_count, thread_name_prefix="idemp-consume"
+        )
+        self._async_slots = asyncio.Semaphore(self.settings.consume_thread_count)
+
+    def dispatch(self, mq: MessageQueue, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
+        raise NotImplementedError
+
+    async def service_shutdown(self) -> None:
+        raise NotImplementedError
+
+    async def call_listener(self, msgs: list[Message], stop_on_failure: bool) -> list[bool]:
+        """One result per message tried; with ``stop_on_failure`` the list ends at the
+        first failure (the rest were not given to the listener)."""
+        if not self.is_async:
+            assert self.executor is not None
+            loop = asyncio.get_running_loop()
+            return await loop.run_in_executor(
+                self.executor, _call_sync, self.listener, msgs, stop_on_failure
+            )
+        assert self._async_slots is not None
+        out: list[bool] = []
+        async with self._async_slots:
+            for m in msgs:
+                try:
+                    result = self.listener(m)
+                    if inspect.isawaitable(result):
+                        result = await result
+                    ok = ack_of(result)
+                except Exception:
+                    log.exception("listener raised on %s (reconsume later)", m.msg_id)
+                    ok = False
+                out.append(ok)
+                if not ok and stop_on_failure:
+                    break
+        return out
+
+
+async def wait_tasks(tasks: set[asyncio.Future[Any]], timeout: float) -> None:
+    if tasks:
+        await asyncio.wait(list(tasks), timeout=timeout)

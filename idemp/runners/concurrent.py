@@ -1,0 +1,78 @@
+"""The concurrent runner (ConsumeMessageConcurrentlyService).
+
+Pulled messages are cut into batches of ``consume_batch_size`` and run in the thread
+pool (or on the loop for ``async def`` listeners), many batches at once. Acks are per
+message (a generalised ack index): failed messages are sent back to the broker
+(%RETRY%group, delay 3 + reconsume times; the broker moves them to %DLQ%group after
+``max_reconsume_times``); a send-back that fails is retried in-process 5 s later. The
+committed offset is the smallest offset still held, so nothing unconsumed is skipped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from idemp.client.consumer import to_message
+from idemp.client.processqueue import ProcessQueue
+from idemp.client.route import MessageQueue
+from idemp.remoting import MessageExt
+
+from .base import RunnerBase, wait_tasks
+
+log = logging.getLogger("idemp.runners.concurrent")
+
+
+class ConcurrentRunner(RunnerBase):
+    orderly = False
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._tasks: set[asyncio.Future[Any]] = set()
+
+    def dispatch(self, mq: MessageQueue, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
+        if self.stopping:
+            return
+        n = max(1, self.settings.consume_batch_size)
+        for i in range(0, len(msgs), n):
+            self._spawn(self._consume(mq, pq, msgs[i : i + n]))
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _consume(self, mq: MessageQueue, pq: ProcessQueue, exts: list[MessageExt]) -> None:
+        if pq.dropped:
+            return
+        group = self.settings.group
+        results = await self.call_listener([to_message(e, mq, group) for e in exts], False)
+        pq.last_consume_time = asyncio.get_running_loop().time()
+        if pq.dropped:
+            return  # the queue moved on: its next owner consumes from the stored offset
+        failed = [e for e, ok in zip(exts, results) if not ok]
+        retry_here: list[MessageExt] = []
+        if failed and self.consumer.clustering:
+            for e in failed:
+                if not await self.consumer.send_back(e, mq):
+                    retry_here.append(e)
+        elif failed:
+            log.warning("broadcasting: %d failed messages are dropped", len(failed))
+        done = [e for e in exts if e not in retry_here] if retry_here else exts
+        offset = pq.remove(done)
+        if not pq.dropped:
+            self.consumer.commit_offset(mq, offset)
+        if retry_here and not self.stopping:
+            for e in retry_here:
+                e.reconsume_times += 1
+            loop = asyncio.get_running_loop()
+            loop.call_later(
+                self.settings.send_back_retry_delay,
+                lambda: self._spawn(self._consume(mq, pq, retry_here)),
+            )
+
+    async def service_shutdown(self) -> None:
+        """Let the batches in hand finish (bounded by the consume timeout)."""
+        self.stopping = True
+        await wait_tasks(self._tasks, self.settings.consume_timeout_minutes * 60)

@@ -1,0 +1,1 @@
+"""Command-line tools on idemp's client: ``idemp produce`` and ``idemp consume``."""

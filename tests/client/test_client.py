@@ -1,0 +1,380 @@
+"""idemp.client against idemp's broker (a child process): sends of every kind,
+consumption with the concurrent runner, offsets, send-back, failure modes."""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from idemp.broker.process import BrokerProcess
+from idemp.client import (
+    ClientSettings,
+    ConnectError,
+    ConsumeFrom,
+    ConsumerSettings,
+    MessageModel,
+    OutMessage,
+    Producer,
+    ProducerSettings,
+    SendStatus,
+    TransactionState,
+    queue_index_for_key,
+)
+from idemp.message import ConsumeResult, Message
+from idemp.runners import ConcurrentRunner
+from tests.client.conftest import FAST_DELAYS, wait_for
+
+FAST = dict(rebalance_interval=1.0, persist_offset_interval=0.5)
+
+
+class Sink:
+    """A listener that records what it got; thread-safe."""
+
+    def __init__(self, fail: Callable[[Message], bool] | None = None) -> None:
+        self.lock = threading.Lock()
+        self.got: list[tuple[float, Message]] = []
+        self.fail = fail
+
+    def __call__(self, msg: Message) -> ConsumeResult:
+        with self.lock:
+            self.got.append((time.monotonic(), msg))
+        if self.fail is not None and self.fail(msg):
+            return ConsumeResult.RECONSUME_LATER
+        return ConsumeResult.SUCCESS
+
+    def bodies(self) -> list[bytes]:
+        with self.lock:
+            return [m.body for _, m in self.got]
+
+    def count(self) -> int:
+        with self.lock:
+            return len(self.got)
+
+
+def runner(
+    broker: BrokerProcess, group: str, topic: str, listener: object, **kw: object
+) -> ConcurrentRunner:
+    cs = ConsumerSettings(group=group, consume_from=ConsumeFrom.FIRST_OFFSET)
+    for k, v in kw.items():
+        setattr(cs, k, v)
+    r = ConcurrentRunner(
+        listener,  # type: ignore[arg-type]
+        settings=cs,
+        client=ClientSettings(namesrv_addr=broker.namesrv_addr, **FAST),  # type: ignore[arg-type]
+    )
+    r.subscribe(topic)
+    return r
+
+
+@pytest.fixture
+def producer(broker: BrokerProcess) -> Producer:
+    p = Producer(broker.namesrv_addr, "test-producer").start()
+    yield p  # type: ignore[misc]
+    p.shutdown()
+
+
+def test_send_sync_and_consume(broker: BrokerProcess, producer: Producer) -> None:
+    results = [
+        producer.send(OutMessage("T", f"{i} body".encode(), tags="a", keys=[f"k{i}"]))
+        for i in range(20)
+    ]
+    assert {r.status for r in results} == {SendStatus.SEND_OK}
+    assert all(re.fullmatch(r"[0-9A-F]{32}", r.msg_id) for r in results)
+    assert len({r.msg_id for r in results}) == 20
+    # round robin over the 4 queues of the auto-created topic
+    assert sorted(r.queue.queue_id for r in results) == sorted([0, 1, 2, 3] * 5)
+    sink = Sink()
+    r = runner(broker, "g-sync", "T", sink)
+    r.start()
+    try:
+        wait_for(lambda: sink.count() >= 20, 20, "20 messages")
+    finally:
+        r.shutdown()
+    got = {m.msg_id: m for _, m in sink.got}
+    assert set(got) == {x.msg_id for x in results}
+    m = got[results[3].msg_id]
+    assert (m.body, m.keys, m.tags, m.topic) == (b"3 body", ("k3",), "a", "T")
+    assert (m.queue_id, m.queue_offset) == (results[3].queue.queue_id, results[3].queue_offset)
+
+
+def test_batch_send(broker: BrokerProcess, producer: Producer) -> None:
+    res = producer.send_batch(
+        [OutMessage("TB", f"{i} b".encode(), keys=[f"k{i}"]) for i in range(5)]
+    )
+    ids = res.msg_id.split(",")
+    assert len(ids) == 5 and len(set(ids)) == 5
+    sink = Sink()
+    r = runner(broker, "g-batch", "TB", sink)
+    r.start()
+    try:
+        wait_for(lambda: sink.count() >= 5, 20, "5 messages")
+    finally:
+        r.shutdown()
+    msgs = sorted((m for _, m in sink.got), key=lambda m: m.queue_offset)
+    assert [m.body for m in msgs] == [f"{i} b".encode() for i in range(5)]
+    assert [m.msg_id for m in msgs] == ids
+    assert {m.queue_id for m in msgs} == {res.queue.queue_id}
+
+
+def test_orderly_send_uses_std_hash(broker: BrokerProcess, producer: Producer) -> None:
+    for i in range(40):
+        key = f"key-{i % 9}"
+        res = producer.send_orderly(OutMessage("TO", f"{i} o".encode(), keys=[key]), key)
+        assert res.queue.queue_id == queue_index_for_key(key, 4)
+
+
+def test_delay_level(broker: BrokerProcess, producer: Producer) -> None:
+    """Level 2 is 1 s with this broker's messageDelayLevel (all levels 1 s)."""
+    sink = Sink()
+    r = runner(broker, "g-delay", "TD", sink)
+    producer.send(OutMessage("TD", b"warm-up"))
+    r.start()
+    try:
+        wait_for(lambda: sink.count() >= 1, 20, "warm-up message")
+        sent = time.monotonic()
+        producer.send(OutMessage("TD", b"later", delay_level=2))
+        wait_for(lambda: sink.count() >= 2, 20, "the delayed message")
+    finally:
+        r.shutdown()
+    at, m = sink.got[1]
+    assert m.body == b"later" and m.property("DELAY") == "2"
+    assert at - sent >= 0.9  # delivered only after its delay
+
+
+def test_transactions_commit_rollback_and_check(make_broker: Callable[..., BrokerProcess]) -> None:
+    broker = make_broker(
+        messageDelayLevel=FAST_DELAYS, transactionCheckInterval=500, transactionTimeOut=500
+    )
+    checked: list[str] = []
+
+    def check(msg: object) -> TransactionState:
+        checked.append(getattr(msg, "body", b"").decode())
+        return TransactionState.COMMIT
+
+    p = Producer(
+        broker.namesrv_addr, settings=ProducerSettings(group="tx-group"), transaction_check=check
+    ).start()
+    sink = Sink()
+    r = runner(broker, "g-tx", "TX", sink)
+    try:
+        p.send(OutMessage("TX", b"plain"))  # creates the topic
+        r.start()
+        a = p.send_in_transaction(OutMessage("TX", b"commit"), lambda m, s: TransactionState.COMMIT)
+        b = p.send_in_transaction(
+            OutMessage("TX", b"rollback"), lambda m, s: TransactionState.ROLLBACK
+        )
+        c = p.send_in_transaction(
+            OutMessage("TX", b"unknown"), lambda m, s: TransactionState.UNKNOWN
+        )
+        assert (a.transaction_state, b.transaction_state, c.transaction_state) == (
+            TransactionState.COMMIT,
+            TransactionState.ROLLBACK,
+            TransactionState.UNKNOWN,
+        )
+        wait_for(lambda: b"unknown" in sink.bodies(), 30, "the checked transaction to commit")
+        # The rollback never shows up: everything sent before and after it did.
+        p.send(OutMessage("TX", b"last"))
+        wait_for(lambda: b"last" in sink.bodies(), 20, "the last message")
+    finally:
+        r.shutdown()
+        p.shutdown()
+    assert sorted(sink.bodies()) == sorted([b"plain", b"commit", b"unknown", b"last"])
+    assert "unknown" in checked and "commit" not in checked and "rollback" not in checked
+
+
+def test_failed_messages_are_sent_back_and_redelivered(
+    broker: BrokerProcess, producer: Producer
+) -> None:
+    sink = Sink(fail=lambda m: m.body == b"bad" and m.reconsume_times < 2)
+    r = runner(broker, "g-retry", "TR", sink)
+    producer.send(OutMessage("TR", b"good"))
+    producer.send(OutMessage("TR", b"bad", keys=["kb"]))
+    r.start()
+    try:
+        wait_for(
+            lambda: [m.reconsume_times for _, m in sink.got if m.body == b"bad"] == [0, 1, 2],
+            40,
+            "the failed message to come back twice",
+        )
+    finally:
+        r.shutdown()
+    bad = [m for _, m in sink.got if m.body == b"bad"]
+    # A redelivery shows the real topic and keeps the original id and keys.
+    assert {m.topic for m in bad} == {"TR"}
+    assert {m.keys for m in bad} == {("kb",)}
+    assert bad[1].property("RETRY_TOPIC") == "TR"
+    assert sink.bodies().count(b"good") == 1
+
+
+def test_offsets_persist_across_restart(broker: BrokerProcess, producer: Producer) -> None:
+    for i in range(10):
+        producer.send(OutMessage("TP", f"{i} first".encode()))
+    sink = Sink()
+    r = runner(broker, "g-off", "TP", sink)
+    r.start()
+    wait_for(lambda: sink.count() >= 10, 20, "the first 10")
+    r.shutdown()  # persists offsets synchronously
+    for i in range(10, 15):
+        producer.send(OutMessage("TP", f"{i} second".encode()))
+    sink2 = Sink()
+    r2 = runner(broker, "g-off", "TP", sink2)
+    r2.start()
+    try:
+        wait_for(lambda: sink2.count() >= 5, 20, "the next 5")
+        producer.send(OutMessage("TP", b"15 marker"))
+        wait_for(lambda: b"15 marker" in sink2.bodies(), 20, "the marker")
+    finally:
+        r2.shutdown()
+    assert sorted(sink2.bodies()) == sorted(
+        [f"{i} second".encode() for i in range(10, 15)] + [b"15 marker"]
+    )
+
+
+def test_consume_from_last_offset_skips_history(broker: BrokerProcess, producer: Producer) -> None:
+    """LAST_OFFSET on an old group-less queue: the broker answers offset 0 for a young
+    queue (RocketMQ does too), so history is only skipped once an offset exists. Here
+    the group first commits, then new messages after a restart are all it sees."""
+    producer.send(OutMessage("TL", b"old"))
+    sink = Sink()
+    r = runner(broker, "g-last", "TL", sink, consume_from=ConsumeFrom.LAST_OFFSET)
+    r.start()
+    try:
+        wait_for(lambda: sink.count() >= 1, 20, "the young queue read from 0")
+        producer.send(OutMessage("TL", b"new"))
+        wait_for(lambda: sink.count() >= 2, 20, "the new message")
+    finally:
+        r.shutdown()
+    assert sink.bodies() == [b"old", b"new"]
+
+
+def test_tag_subscription(broker: BrokerProcess, producer: Producer) -> None:
+    for tag in ["a", "b", "c", "a"]:
+        producer.send(OutMessage("TT", tag.encode(), tags=tag))
+    producer.send(OutMessage("TT", b"untagged"))
+    sink = Sink()
+    cs = ConsumerSettings(group="g-tags", consume_from=ConsumeFrom.FIRST_OFFSET)
+    r = ConcurrentRunner(sink, settings=cs, client=ClientSettings(broker.namesrv_addr, **FAST))  # type: ignore[arg-type]
+    r.subscribe("TT", "a || c")
+    r.start()
+    try:
+        wait_for(lambda: sink.count() >= 3, 20, "three tagged messages")
+        producer.send(OutMessage("TT", b"end", tags="c"))
+        wait_for(lambda: b"end" in sink.bodies(), 20, "the end marker")
+    finally:
+        r.shutdown()
+    assert sorted(sink.bodies()) == [b"a", b"a", b"c", b"end"]
+
+
+def test_broadcasting_offsets_in_local_file(
+    broker: BrokerProcess, producer: Producer, tmp_path: Path
+) -> None:
+    for i in range(4):
+        producer.send(OutMessage("TBC", f"{i}".encode()))
+    sinks = [Sink(), Sink()]
+    runners = [
+        runner(
+            broker,
+            "g-bc",
+            "TBC",
+            s,
+            message_model=MessageModel.BROADCASTING,
+            offset_store_dir=str(tmp_path / f"offsets{i}"),
+        )
+        for i, s in enumerate(sinks)
+    ]
+    # Two processes in real life; here two instances need distinct names.
+    for i, rr in enumerate(runners):
+        rr.client_settings.instance_name = f"bc{i}"
+    for rr in runners:
+        rr.start()
+    try:
+        for s in sinks:
+            wait_for(lambda s=s: s.count() >= 4, 20, "every message in each consumer")
+    finally:
+        for rr in runners:
+            rr.shutdown()
+    for i, s in enumerate(sinks):
+        assert sorted(s.bodies()) == [b"0", b"1", b"2", b"3"]
+        files = list((tmp_path / f"offsets{i}").glob("*/g-bc/offsets.json"))
+        assert len(files) == 1
+        import json
+
+        table = json.loads(files[0].read_text())["offsetTable"]
+        assert sum(e["offset"] for e in table if e["topic"] == "TBC") == 4
+
+
+def test_async_listener(broker: BrokerProcess, producer: Producer) -> None:
+    got: list[bytes] = []
+
+    async def listener(msg: Message) -> None:
+        got.append(msg.body)
+
+    for i in range(5):
+        producer.send(OutMessage("TA", f"{i}".encode()))
+    r = runner(broker, "g-async", "TA", listener)
+    r.start()
+    try:
+        wait_for(lambda: len(got) >= 5, 20, "5 messages")
+    finally:
+        r.shutdown()
+    assert sorted(got) == [b"0", b"1", b"2", b"3", b"4"]
+
+
+def test_unreachable_nameserver_fails_clearly() -> None:
+    import socket
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    p = Producer(
+        f"127.0.0.1:{port}",
+        settings=ProducerSettings(group="nobody", send_timeout=1.0),
+        client=ClientSettings(request_timeout=1.0, connect_timeout=1.0),
+    ).start()
+    t0 = time.monotonic()
+    with pytest.raises(Exception, match="no nameserver reachable|cannot connect"):
+        p.send(OutMessage("T", b"x"))
+    assert time.monotonic() - t0 < 10
+    p.shutdown()
+    sink = Sink()
+    r = ConcurrentRunner(
+        sink,
+        group="g-none",
+        client=ClientSettings(f"127.0.0.1:{port}", request_timeout=1.0, connect_timeout=1.0),
+    )
+    r.subscribe("T")
+    with pytest.raises(ConnectError, match="no nameserver reachable"):
+        r.start(timeout=10)
+
+
+def test_broker_restart_mid_stream(make_broker: Callable[..., BrokerProcess]) -> None:
+    broker = make_broker(messageDelayLevel=FAST_DELAYS)
+    p = Producer(broker.namesrv_addr, "restart-producer").start()
+    sink = Sink()
+    r = runner(broker, "g-restart", "TS", sink, pull_time_delay_when_exception=0.2)
+    try:
+        for i in range(20):
+            p.send(OutMessage("TS", f"{i}".encode()))
+        r.start()
+        wait_for(lambda: sink.count() >= 20, 20, "the first 20")
+        broker.stop()
+        broker.start()  # same store, same ports
+        deadline = time.monotonic() + 30
+        sent = 20
+        while sent < 40:
+            try:
+                p.send(OutMessage("TS", f"{sent}".encode()))
+                sent += 1
+            except Exception:
+                assert time.monotonic() < deadline, "producer did not reconnect"
+                time.sleep(0.1)  # bounded by the deadline: the broker is coming back
+        wait_for(lambda: len(set(sink.bodies())) >= 40, 30, "all 40 messages after the restart")
+    finally:
+        r.shutdown()
+        p.shutdown()
+    assert set(sink.bodies()) == {f"{i}".encode() for i in range(40)}
