@@ -1,0 +1,199 @@
+"""One settings model: backends by URL, deadlines, retention, strategy per listener.
+
+From code (``IdempSettings(backend="redis://…")``), the environment (``IDEMP_BACKEND``,
+``IDEMP_DEADLINE_S``, ``IDEMP_LISTENERS__orders__BACKEND`` …) or a TOML file
+(``IdempSettings.from_toml("idemp.toml")``; the environment still wins). Changing the
+backend is configuration only: ``settings.strategy("orders")`` builds whatever the URL
+names. URLs carry passwords: ``repr()`` and every log line show them masked.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, ClassVar, Literal
+
+from pydantic import BaseModel, Field, field_validator
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+from idemp.strategies.base import Strategy
+from idemp.strategies.unique_key import valid_identifier
+
+StrategyName = Literal[
+    "unique_key", "redis_flag", "optimistic_version", "pessimistic_row_lock", "redisson_lock"
+]
+_REDIS_STRATEGIES = ("redis_flag", "redisson_lock")
+
+_USERINFO = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<user>[^:@/]*)(?::[^@/]*)?@")
+_SECRET_QUERY = re.compile(r"(?i)([?&](?:password|passwd|pwd|secret|token|sslpassword)=)[^&]*")
+
+
+def mask_url(url: str) -> str:
+    """``redis://:s3cret@host/0`` → ``redis://:***@host/0``; secret query values too."""
+
+    def hide(m: re.Match[str]) -> str:
+        has_password = ":" in m.group(0)[len(m["scheme"]) :]
+        return f"{m['scheme']}{m['user']}:***@" if has_password else m.group(0)
+
+    masked = _USERINFO.sub(hide, url)
+    return _SECRET_QUERY.sub(r"\1***", masked)
+
+
+def _strategy_for_scheme(url: str) -> StrategyName:
+    scheme = url.split(":", 1)[0].lower()
+    if scheme in ("redis", "rediss", "unix"):
+        return "redis_flag"
+    return "unique_key"
+
+
+class ListenerSettings(BaseModel):
+    """Overrides for one listener (by its name); unset fields fall back to the globals."""
+
+    backend: str | None = Field(default=None, repr=False)
+    strategy: StrategyName | None = None
+    deadline_s: float | None = None
+    retention_s: float | None = None
+    transactional: bool | None = None
+    table: str | None = None
+
+    def __repr_args__(self) -> Any:
+        yield from super().__repr_args__()
+        if self.backend is not None:
+            yield "backend", mask_url(self.backend)
+
+
+class IdempSettings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="IDEMP_", env_nested_delimiter="__", extra="forbid", case_sensitive=False
+    )
+
+    backend: str = Field(default="sqlite:///idemp.db", repr=False)
+    strategy: StrategyName | None = None  # None: chosen from the backend URL's scheme
+    deadline_s: float = Field(default=60.0, gt=0)
+    retention_s: float = Field(default=7 * 86400.0, gt=0)
+    transactional: bool = False
+    table: str = "idemp_dedup"
+    key_prefix: str = "idemp"
+    lock_timeout_s: float = Field(default=5.0, gt=0)
+    listeners: dict[str, ListenerSettings] = Field(default_factory=dict)
+
+    toml_path: ClassVar[Path | None] = None  # set by from_toml on a throw-away subclass
+
+    @field_validator("table")
+    @classmethod
+    def _table_name(cls, value: str) -> str:
+        return valid_identifier(value)
+
+    def __repr_args__(self) -> Any:
+        yield "backend", mask_url(self.backend)
+        yield from super().__repr_args__()
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # Code beats the environment, which beats a file (see from_toml).
+        toml = cls.toml_path
+        if toml is None:
+            return (init_settings, env_settings)
+        return (init_settings, env_settings, TomlConfigSettingsSource(settings_cls, toml))
+
+    @classmethod
+    def from_toml(cls, path: str | Path, **overrides: Any) -> IdempSettings:
+        """Settings from a TOML file (top-level keys as the field names); environment
+        variables and ``overrides`` take precedence over the file."""
+        path = Path(path)
+        if not path.is_file():
+            raise FileNotFoundError(f"idemp settings file not found: {path}")
+        subclass = type(cls.__name__, (cls,), {"toml_path": path})
+        return subclass(**overrides)
+
+    # -- building strategies ----------------------------------------------------------
+    def for_listener(self, name: str | None) -> dict[str, Any]:
+        """The effective settings of one listener (globals + its overrides)."""
+        merged: dict[str, Any] = {
+            "backend": self.backend,
+            "strategy": self.strategy,
+            "deadline_s": self.deadline_s,
+            "retention_s": self.retention_s,
+            "transactional": self.transactional,
+            "table": self.table,
+        }
+        if name is not None and name in self.listeners:
+            for field, value in self.listeners[name].model_dump(exclude_none=True).items():
+                merged[field] = value
+        return merged
+
+    def strategy_for(self, listener: str | None = None) -> Strategy:
+        """Build the strategy configured for ``listener`` (or the global one)."""
+        eff = self.for_listener(listener)
+        return build_strategy(
+            eff["backend"],
+            strategy=eff["strategy"],
+            deadline_s=eff["deadline_s"],
+            retention_s=eff["retention_s"],
+            transactional=eff["transactional"],
+            table=valid_identifier(eff["table"]),
+            prefix=self.key_prefix,
+            lock_timeout_s=self.lock_timeout_s,
+        )
+
+
+def build_strategy(
+    url: str,
+    *,
+    strategy: StrategyName | None = None,
+    deadline_s: float = 60.0,
+    retention_s: float = 7 * 86400.0,
+    transactional: bool = False,
+    table: str = "idemp_dedup",
+    prefix: str = "idemp",
+    lock_timeout_s: float = 5.0,
+) -> Strategy:
+    """A strategy from a backend URL and options; the URL's scheme picks the strategy
+    unless ``strategy`` names one."""
+    from idemp.strategies import (
+        OptimisticVersion,
+        PessimisticRowLock,
+        RedisFlag,
+        RedissonLock,
+        UniqueKeyTable,
+    )
+
+    name = strategy or _strategy_for_scheme(url)
+    on_redis = _strategy_for_scheme(url) == "redis_flag"
+    if name in _REDIS_STRATEGIES:
+        if not on_redis:
+            raise ValueError(f"{name} needs a redis:// URL, not {mask_url(url)}")
+        if name == "redisson_lock":
+            return RedissonLock(url, prefix=prefix)
+        return RedisFlag(url, deadline_s=deadline_s, retention_s=retention_s, prefix=prefix)
+    if on_redis:
+        raise ValueError(f"{name} needs a SQL URL, not {mask_url(url)}")
+    if name == "optimistic_version":
+        return OptimisticVersion(url, lock_timeout_s=lock_timeout_s)
+    if name == "pessimistic_row_lock":
+        return PessimisticRowLock(url, lock_timeout_s=lock_timeout_s)
+    return UniqueKeyTable(
+        url,
+        table=table,
+        deadline_s=deadline_s,
+        retention_s=retention_s,
+        transactional=transactional,
+        lock_timeout_s=lock_timeout_s,
+    )
+
+
+def strategy_from_url(url: str, **options: Any) -> Strategy:
+    """``@idempotent(strategy="redis://…")``: defaults for everything but the URL."""
+    return build_strategy(url, **options)

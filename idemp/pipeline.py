@@ -1,0 +1,684 @@
+"""``@idempotent``: key → strategy.begin → handler → commit / abort, for every message.
+
+The protocol lives here, once, for every strategy (``idemp.strategies.base`` explains the
+interface): a failed handler never leads to an ack; its claim is released and the
+message comes back. A store failure before the handler means "come back later"; after a
+successful handler it depends on whether the handler's writes committed with the record
+(``Ticket.atomic``): if they did, nothing happened and the message comes back; if not,
+the effect stands and the message is acked (redoing it would double it), reported as a
+commit error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import functools
+import importlib
+import inspect
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from idemp.guards import Guard, GuardDrop, GuardHold, NoClaim, StateMachine, StateStore, Transition
+from idemp.keys import (
+    Fingerprinter,
+    KeyExtractor,
+    KeySpec,
+    Missing,
+    MissingKeyError,
+    MissingKeyPolicy,
+    Namespace,
+    describe,
+    extractor,
+    fingerprint_of,
+)
+from idemp.message import Message, ack_of
+from idemp.outcome import BatchResult, Outcome, Result
+from idemp.strategies.base import Job, StoreError, Strategy, Ticket, Verdict
+
+# The module, never the ``idemp.stats`` *function* that ``idemp/__init__`` re-exports
+# under the same name (which one ``from idemp import stats`` finds depends on import order).
+_stats = importlib.import_module("idemp.stats")
+
+__all__ = [
+    "AsyncIdempotentListener",
+    "Context",
+    "IdempotentBatchListener",
+    "IdempotentListener",
+    "guarded",
+    "idempotent",
+]
+
+DeadLetterSink = Callable[[Message, str], None]
+
+_VERDICT_OUTCOME = {
+    Verdict.DUPLICATE: Outcome.DUPLICATE,
+    Verdict.IN_PROGRESS: Outcome.IN_PROGRESS,
+    Verdict.PAYLOAD_CONFLICT: Outcome.PAYLOAD_CONFLICT,
+    Verdict.STALE: Outcome.DROPPED,
+}
+_LEVEL = {
+    Outcome.PROCESSED: logging.DEBUG,
+    Outcome.DUPLICATE: logging.INFO,
+    Outcome.IN_PROGRESS: logging.INFO,
+    Outcome.PAYLOAD_CONFLICT: logging.ERROR,
+    Outcome.SKIPPED: logging.WARNING,
+    Outcome.DEAD_LETTERED: logging.WARNING,
+    Outcome.DROPPED: logging.INFO,
+    Outcome.HELD: logging.INFO,
+    Outcome.FAILED: logging.WARNING,
+    Outcome.STORE_ERROR: logging.ERROR,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Context:
+    """What a handler that takes a second argument receives."""
+
+    message: Message
+    namespace: str
+    key: str
+    takeover: bool
+    attempt: int  # 1, or more when the strategy re-runs the handler (retry_on)
+    handle: Any  # the strategy's: SQL connection (transactional), fencing token, …
+    transition: Transition | None = None  # @guarded: the transition being applied
+    guard_connection: Any = None  # @guarded: the state store's transaction, if SQL
+
+    @property
+    def connection(self) -> Any:
+        """The SQL connection whose transaction also commits the dedup record (or the
+        strategy's row, or the guard's state)."""
+        conn = _connection_of(self.handle) or self.guard_connection
+        if conn is None:
+            raise RuntimeError(
+                "this strategy gives the handler no connection: use UniqueKeyTable(..., "
+                "transactional=True), OptimisticVersion or PessimisticRowLock to write in "
+                "the strategy's transaction"
+            )
+        return conn
+
+
+def _connection_of(handle: Any) -> Any:
+    if hasattr(handle, "execute"):  # the SQL connection itself (UniqueKeyTable)
+        return handle
+    return getattr(handle, "connection", None)  # Versioned, Locked
+
+
+def _wants_context(fn: Callable[..., Any]) -> bool:
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    positional = 0
+    for p in params:
+        if p.kind is p.VAR_POSITIONAL:
+            return True
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
+            positional += 1
+    return positional >= 2
+
+
+def _resolve_strategy(strategy: Strategy | str) -> Strategy:
+    if isinstance(strategy, Strategy):
+        return strategy
+    if isinstance(strategy, str):
+        from idemp.config import strategy_from_url  # config builds strategies from URLs
+
+        return strategy_from_url(strategy)
+    raise TypeError(f"strategy must be a Strategy or a backend URL, not {strategy!r}")
+
+
+class _Core:
+    """Configuration and the steps shared by the sync, async and batch listeners."""
+
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        *,
+        key: KeySpec,
+        strategy: Strategy | str,
+        namespace: str | None,
+        group: str | None,
+        fingerprint: bool | Fingerprinter,
+        on_missing_key: MissingKeyPolicy | str,
+        dead_letter: DeadLetterSink | None,
+        name: str | None,
+        pass_context: bool | None,
+        guard: Guard | None = None,
+    ) -> None:
+        self.fn = fn
+        self.guard = guard
+        self.extractor: KeyExtractor = extractor(key)
+        self.strategy = _resolve_strategy(strategy)
+        self.namespace = Namespace(fixed=namespace, group=group)
+        self.fingerprinter: Fingerprinter | None = None
+        self.fingerprint = bool(fingerprint)
+        if callable(fingerprint):
+            self.fingerprinter = fingerprint
+        self.policy = MissingKeyPolicy(on_missing_key)
+        if self.policy is MissingKeyPolicy.DEAD_LETTER and dead_letter is None:
+            raise ValueError(
+                "on_missing_key='dead_letter' needs a dead_letter=sink(message, reason)"
+            )
+        self.dead_letter = dead_letter
+        self.name = name or f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', fn)}"
+        self.pass_context = _wants_context(fn) if pass_context is None else pass_context
+
+    # -- steps ------------------------------------------------------------------------
+    def prepare(self, message: Message) -> Job | Result:
+        found = self.extractor.extract(message)
+        if isinstance(found, Missing):
+            return self.missing(message, found.reason)
+        fp = fingerprint_of(message, self.fingerprinter) if self.fingerprint else None
+        return Job(self.namespace.of(message), found, message, fp)
+
+    def missing(self, message: Message, reason: str) -> Result:
+        what = self.extractor.description
+        text = f"no business key ({what}) in message {describe(message)}: {reason}"
+        if self.policy is MissingKeyPolicy.RAISE:
+            raise MissingKeyError(f"{self.name}: {text}")
+        if self.policy is MissingKeyPolicy.SKIP:
+            return self.done(Outcome.SKIPPED, message, None, detail=text)
+        assert self.dead_letter is not None
+        try:
+            self.dead_letter(message, text)
+        except Exception as exc:  # the sink failed: the message must come back
+            return self.done(
+                Outcome.FAILED, message, None, error=exc, detail="dead-letter sink failed"
+            )
+        return self.done(Outcome.DEAD_LETTERED, message, None, detail=text)
+
+    def context(self, ticket: Ticket, attempt: int) -> Context:
+        job = ticket.job
+        return Context(
+            job.message,
+            job.namespace,
+            job.key,
+            ticket.verdict is Verdict.TAKEOVER,
+            attempt,
+            ticket.handle,
+        )
+
+    def call(self, message: Message, ticket: Ticket, attempt: int) -> Any:
+        """Run the handler (inside the guard, if any)."""
+        if self.guard is None:
+            if self.pass_context:
+                return self.fn(message, self.context(ticket, attempt))
+            return self.fn(message)
+        ctx = self.context(ticket, attempt)
+
+        def inner(transition: Transition, connection: Any) -> Any:
+            if not self.pass_context:
+                return self.fn(message)
+            c = dataclasses.replace(ctx, transition=transition, guard_connection=connection)
+            return self.fn(message, c)
+
+        return self.guard.run(message, _connection_of(ticket.handle), inner)
+
+    def abort(self, ticket: Ticket, error: BaseException | None) -> None:
+        try:
+            self.strategy.abort(ticket, error)
+        except Exception as exc:  # the claim stays until its deadline; the redelivery waits
+            _stats.incr(self.name, "store_errors")
+            _stats.log_event(
+                logging.ERROR, "release_failed", exc=exc, listener=self.name, key=ticket.job.key
+            )
+
+    def failed(self, ticket: Ticket, error: BaseException) -> Result:
+        if isinstance(error, (GuardDrop, GuardHold)):
+            outcome = Outcome.DROPPED if isinstance(error, GuardDrop) else Outcome.HELD
+            return self.done(outcome, ticket.job.message, ticket.job, detail=str(error))
+        outcome = self.strategy.classify(error) or Outcome.FAILED
+        return self.done(
+            outcome, ticket.job.message, ticket.job, error=error, detail=type(error).__name__
+        )
+
+    def committed(self, ticket: Ticket, value: Any) -> Result:
+        """After a successful handler: commit, and decide what a commit failure means."""
+        job = ticket.job
+        try:
+            self.strategy.commit(ticket)
+        except StoreError as exc:
+            if ticket.atomic:  # the handler's writes rolled back with the record
+                return self.done(
+                    Outcome.STORE_ERROR, job.message, job, error=exc, detail="commit failed"
+                )
+            _stats.incr(self.name, "commit_errors")
+            _stats.log_event(
+                logging.ERROR,
+                "commit_failed",
+                exc=exc,
+                listener=self.name,
+                key=job.key,
+                detail="effect applied; acked to avoid redoing it",
+            )
+        except Exception as exc:  # e.g. a fencing token refused at commit
+            return self.failed(ticket, exc)
+        takeover = ticket.verdict is Verdict.TAKEOVER
+        if takeover:
+            _stats.incr(self.name, "takeovers")
+        return self.done(Outcome.PROCESSED, job.message, job, value=value, takeover=takeover)
+
+    def declined(self, ticket: Ticket, value: Any) -> Result:
+        self.abort(ticket, None)
+        return self.done(
+            Outcome.FAILED,
+            ticket.job.message,
+            ticket.job,
+            value=value,
+            detail="listener asked to reconsume",
+        )
+
+    def done(
+        self,
+        outcome: Outcome,
+        message: Message,
+        job: Job | None,
+        *,
+        value: Any = None,
+        error: BaseException | None = None,
+        takeover: bool = False,
+        detail: str = "",
+    ) -> Result:
+        _stats.incr(self.name, outcome.value)
+        level = _LEVEL[outcome]
+        if _stats.logger.isEnabledFor(level):
+            _stats.log_event(
+                level,
+                outcome.name.lower(),
+                exc=error if outcome is Outcome.FAILED else None,
+                listener=self.name,
+                namespace=job.namespace if job else None,
+                key=job.key if job else None,
+                msg_id=message.msg_id,
+                reconsume_times=message.reconsume_times,
+                takeover=takeover or None,
+                error=repr(error) if error is not None else None,
+                detail=detail,
+            )
+        return Result(outcome, message, job.key if job else None, value, error, takeover, detail)
+
+    def not_run(self, ticket: Ticket) -> Result:
+        job = ticket.job
+        return self.done(_VERDICT_OUTCOME[ticket.verdict], job.message, job, detail=ticket.detail)
+
+    def store_error(self, message: Message, job: Job, exc: BaseException) -> Result:
+        return self.done(Outcome.STORE_ERROR, message, job, error=exc, detail="claim failed")
+
+
+def _fatal(exc: BaseException) -> bool:
+    return isinstance(exc, (KeyboardInterrupt, SystemExit))
+
+
+class IdempotentListener:
+    """A sync listener wrapped by ``@idempotent``: ``listener(message) -> Result``."""
+
+    def __init__(self, core: _Core) -> None:
+        self._core = core
+        functools.update_wrapper(self, core.fn)
+
+    @property
+    def strategy(self) -> Strategy:
+        return self._core.strategy
+
+    @property
+    def name(self) -> str:
+        return self._core.name
+
+    def __call__(self, message: Message) -> Result:
+        core = self._core
+        prepared = core.prepare(message)
+        if isinstance(prepared, Result):
+            return prepared
+        job = prepared
+        strategy = core.strategy
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                ticket = strategy.begin(job)
+            except StoreError as exc:
+                return core.store_error(message, job, exc)
+            if not ticket.verdict.runs:
+                return core.not_run(ticket)
+            try:
+                value = core.call(message, ticket, attempt)
+                ok = ack_of(value)
+            except BaseException as exc:
+                core.abort(ticket, exc)
+                if _fatal(exc):
+                    raise
+                if strategy.retry_on and isinstance(exc, strategy.retry_on):
+                    if attempt < strategy.max_attempts:
+                        continue
+                return core.failed(ticket, exc)
+            if not ok:
+                return core.declined(ticket, value)
+            return core.committed(ticket, value)
+
+
+class AsyncIdempotentListener:
+    """An ``async def`` listener wrapped by ``@idempotent``: ``await listener(message)``.
+
+    Store calls are synchronous (redis-py, SQLAlchemy) and run in the default executor,
+    so the event loop never blocks on a round trip.
+    """
+
+    def __init__(self, core: _Core) -> None:
+        self._core = core
+        functools.update_wrapper(self, core.fn)
+
+    @property
+    def strategy(self) -> Strategy:
+        return self._core.strategy
+
+    @property
+    def name(self) -> str:
+        return self._core.name
+
+    async def __call__(self, message: Message) -> Result:
+        core = self._core
+        prepared = core.prepare(message)
+        if isinstance(prepared, Result):
+            return prepared
+        job = prepared
+        strategy = core.strategy
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                ticket = await asyncio.to_thread(strategy.begin, job)
+            except StoreError as exc:
+                return core.store_error(message, job, exc)
+            if not ticket.verdict.runs:
+                return core.not_run(ticket)
+            try:
+                if core.pass_context:
+                    value = await core.fn(message, core.context(ticket, attempt))
+                else:
+                    value = await core.fn(message)
+                ok = ack_of(value)
+            except BaseException as exc:
+                await asyncio.to_thread(core.abort, ticket, exc)
+                if _fatal(exc) or isinstance(exc, asyncio.CancelledError):
+                    raise
+                if strategy.retry_on and isinstance(exc, strategy.retry_on):
+                    if attempt < strategy.max_attempts:
+                        continue
+                return core.failed(ticket, exc)
+            if not ok:
+                return await asyncio.to_thread(core.declined, ticket, value)
+            return await asyncio.to_thread(core.committed, ticket, value)
+
+
+class IdempotentBatchListener:
+    """A batch listener (``fn(messages)`` or ``fn(messages, contexts)``) for the
+    concurrent runner: the whole batch is claimed in one round trip where the strategy
+    allows, the handler sees only the messages it owns, and those are committed together.
+
+    The handler is all-or-nothing: if it raises, every claim it held is released and the
+    batch comes back (the duplicates in it are absorbed again, cheaply).
+    """
+
+    def __init__(self, core: _Core) -> None:
+        self._core = core
+        functools.update_wrapper(self, core.fn)
+
+    @property
+    def strategy(self) -> Strategy:
+        return self._core.strategy
+
+    @property
+    def name(self) -> str:
+        return self._core.name
+
+    def __call__(self, messages: Sequence[Message]) -> BatchResult:
+        core = self._core
+        results: list[Result | None] = [None] * len(messages)
+        jobs: list[Job] = []
+        slots: list[int] = []  # index in messages of each job
+        first_of: dict[tuple[str, str], int] = {}  # (namespace, key) → index in jobs
+        echoes: list[tuple[int, int]] = []  # (message index, job index) of in-batch repeats
+        for i, message in enumerate(messages):
+            prepared = core.prepare(message)
+            if isinstance(prepared, Result):
+                results[i] = prepared
+                continue
+            ident = (prepared.namespace, prepared.key)
+            if ident in first_of:
+                echoes.append((i, first_of[ident]))
+                continue
+            first_of[ident] = len(jobs)
+            jobs.append(prepared)
+            slots.append(i)
+        job_results = self._run(jobs)
+        for j, result in enumerate(job_results):
+            results[slots[j]] = result
+        for i, j in echoes:
+            first = job_results[j]
+            outcome = Outcome.DUPLICATE if first.outcome is Outcome.PROCESSED else first.outcome
+            job = jobs[j]
+            results[i] = core.done(outcome, messages[i], job, detail="repeated within the batch")
+        final = [r for r in results if r is not None]
+        assert len(final) == len(messages)
+        return BatchResult(final)
+
+    def _run(self, jobs: list[Job]) -> list[Result]:
+        core = self._core
+        if not jobs:
+            return []
+        try:
+            tickets = core.strategy.begin_many(jobs)
+        except StoreError as exc:
+            return [core.store_error(job.message, job, exc) for job in jobs]
+        owned = [t for t in tickets if t.verdict.runs]
+        out: dict[int, Result] = {}
+        for n, ticket in enumerate(tickets):
+            if not ticket.verdict.runs:
+                out[n] = core.not_run(ticket)
+        if owned:
+            batch = [t.job.message for t in owned]
+            try:
+                if core.pass_context:
+                    value = core.fn(batch, [core.context(t, 1) for t in owned])
+                else:
+                    value = core.fn(batch)
+                ok = ack_of(value)
+            except BaseException as exc:
+                self._abort_all(owned, exc)
+                if _fatal(exc):
+                    raise
+                for n, ticket in enumerate(tickets):
+                    if ticket.verdict.runs:
+                        out[n] = core.failed(ticket, exc)
+                return [out[n] for n in range(len(tickets))]
+            if not ok:
+                self._abort_all(owned, None)
+                for n, ticket in enumerate(tickets):
+                    if ticket.verdict.runs:
+                        out[n] = core.done(
+                            Outcome.FAILED,
+                            ticket.job.message,
+                            ticket.job,
+                            detail="listener asked to reconsume",
+                        )
+                return [out[n] for n in range(len(tickets))]
+            self._commit_all(tickets, owned, value, out)
+        return [out[n] for n in range(len(tickets))]
+
+    def _abort_all(self, owned: list[Ticket], error: BaseException | None) -> None:
+        try:
+            self._core.strategy.abort_many(owned, error)
+        except Exception as exc:
+            _stats.incr(self._core.name, "store_errors")
+            _stats.log_event(logging.ERROR, "release_failed", exc=exc, listener=self._core.name)
+
+    def _commit_all(
+        self, tickets: list[Ticket], owned: list[Ticket], value: Any, out: dict[int, Result]
+    ) -> None:
+        core = self._core
+        error: StoreError | None = None
+        try:
+            core.strategy.commit_many(owned)
+        except StoreError as exc:
+            error = exc
+        for n, ticket in enumerate(tickets):
+            if not ticket.verdict.runs:
+                continue
+            job = ticket.job
+            if error is not None and ticket.atomic:
+                out[n] = core.done(
+                    Outcome.STORE_ERROR, job.message, job, error=error, detail="commit failed"
+                )
+                continue
+            if error is not None:
+                _stats.incr(core.name, "commit_errors")
+            takeover = ticket.verdict is Verdict.TAKEOVER
+            if takeover:
+                _stats.incr(core.name, "takeovers")
+            out[n] = core.done(Outcome.PROCESSED, job.message, job, value=value, takeover=takeover)
+        if error is not None and not any(t.atomic for t in owned):
+            _stats.log_event(
+                logging.ERROR, "commit_failed", exc=error, listener=core.name, detail="batch acked"
+            )
+
+
+class _Idempotent:
+    """``@idempotent(key=..., strategy=...)`` and ``@idempotent.batch(...)``.
+
+    Options: ``key`` (an extractor, a callable, ``(Model, "field")``, ``"keys"``,
+    ``"property:NAME"``, ``"json:PATH"``), ``strategy`` (a Strategy or a backend URL),
+    ``namespace`` (fixed) or ``group`` (default namespace ``<group>/<topic>``),
+    ``fingerprint`` (True, or ``fn(message) -> bytes``), ``on_missing_key`` (``"raise"``,
+    ``"skip"``, ``"dead_letter"`` with ``dead_letter=sink(message, reason)``), ``name``
+    (for counters and logs), ``pass_context`` (default: when the handler takes 2 args).
+    """
+
+    def __call__(
+        self,
+        *,
+        key: KeySpec,
+        strategy: Strategy | str,
+        namespace: str | None = None,
+        group: str | None = None,
+        fingerprint: bool | Fingerprinter = False,
+        on_missing_key: MissingKeyPolicy | str = MissingKeyPolicy.RAISE,
+        dead_letter: DeadLetterSink | None = None,
+        name: str | None = None,
+        pass_context: bool | None = None,
+    ) -> Callable[[Callable[..., Any]], Any]:
+        options = dict(
+            key=key,
+            strategy=_resolve_strategy(strategy),
+            namespace=namespace,
+            group=group,
+            fingerprint=fingerprint,
+            on_missing_key=on_missing_key,
+            dead_letter=dead_letter,
+            name=name,
+            pass_context=pass_context,
+        )
+
+        def wrap(fn: Callable[..., Any]) -> IdempotentListener | AsyncIdempotentListener:
+            core = _Core(fn, **options)  # type: ignore[arg-type]
+            if inspect.iscoroutinefunction(fn):
+                return AsyncIdempotentListener(core)
+            return IdempotentListener(core)
+
+        return wrap
+
+    def batch(
+        self,
+        *,
+        key: KeySpec,
+        strategy: Strategy | str,
+        namespace: str | None = None,
+        group: str | None = None,
+        fingerprint: bool | Fingerprinter = False,
+        on_missing_key: MissingKeyPolicy | str = MissingKeyPolicy.RAISE,
+        dead_letter: DeadLetterSink | None = None,
+        name: str | None = None,
+        pass_context: bool | None = None,
+    ) -> Callable[[Callable[..., Any]], IdempotentBatchListener]:
+        """The batch form: the handler takes a list of messages (and a list of contexts)."""
+        options = dict(
+            key=key,
+            strategy=_resolve_strategy(strategy),
+            namespace=namespace,
+            group=group,
+            fingerprint=fingerprint,
+            on_missing_key=on_missing_key,
+            dead_letter=dead_letter,
+            name=name,
+            pass_context=pass_context,
+        )
+
+        def wrap(fn: Callable[..., Any]) -> IdempotentBatchListener:
+            if inspect.iscoroutinefunction(fn):
+                raise TypeError("idempotent.batch wraps sync handlers only")
+            return IdempotentBatchListener(_Core(fn, **options))  # type: ignore[arg-type]
+
+        return wrap
+
+
+idempotent = _Idempotent()
+
+
+def guarded(
+    machine: StateMachine,
+    *,
+    entity: KeySpec,
+    target: KeySpec,
+    store: StateStore,
+    strategy: Strategy | str | None = None,
+    key: KeySpec | None = None,
+    max_holds: int = 16,
+    after_holds: str = "drop",
+    namespace: str | None = None,
+    group: str | None = None,
+    name: str | None = None,
+    pass_context: bool | None = None,
+) -> Callable[[Callable[..., Any]], IdempotentListener]:
+    """``@guarded(machine, entity=…, target=…, store=…)``: apply only allowed transitions.
+
+    ``entity``/``target`` extract the entity id and target state (like ``key=``);
+    ``store`` loads and saves states (:class:`idemp.guards.SqlStateStore` or
+    :class:`~idemp.guards.CallableStateStore`); ``strategy`` (optional) claims or locks
+    around the guard, with ``key`` defaulting to ``<entity>-><target>``. Dropped →
+    ``Outcome.DROPPED`` (acked); ahead → ``Outcome.HELD`` (reconsume later) while
+    ``message.reconsume_times < max_holds``, then ``after_holds`` (``"drop"`` or
+    ``"reconsume"``). The handler's context carries ``ctx.transition``; with a SQL store,
+    ``ctx.connection`` writes in the state's transaction.
+    """
+    guard = Guard(
+        machine,
+        store=store,
+        entity=entity,
+        target=target,
+        max_holds=max_holds,
+        after_holds=after_holds,
+    )
+    resolved = NoClaim() if strategy is None else _resolve_strategy(strategy)
+
+    def wrap(fn: Callable[..., Any]) -> IdempotentListener:
+        if inspect.iscoroutinefunction(fn):
+            raise TypeError("guarded wraps sync handlers only")
+        core = _Core(
+            fn,
+            key=key if key is not None else guard.key(),
+            strategy=resolved,
+            # The machine's name scopes the claims unless the caller scopes them.
+            namespace=machine.name if namespace is None and group is None else namespace,
+            group=group,
+            fingerprint=False,
+            on_missing_key=MissingKeyPolicy.RAISE,
+            dead_letter=None,
+            name=name,
+            pass_context=pass_context,
+            guard=guard,
+        )
+        return IdempotentListener(core)
+
+    return wrap

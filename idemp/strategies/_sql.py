@@ -1,0 +1,149 @@
+"""SQL helpers shared by the SQLAlchemy strategies (unique-key table, optimistic version,
+pessimistic row lock): engine building, SQLite's BEGIN IMMEDIATE, lock-timeout detection.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy import event
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.exc import DBAPIError, SQLAlchemyError
+
+_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
+_SQLITE_HOOKED = "_idemp_begin_immediate"
+
+
+def valid_identifier(name: str) -> str:
+    """Table names come from configuration: accept plain SQL identifiers only."""
+    if not _IDENTIFIER.match(name):
+        raise ValueError(f"not a valid SQL table name: {name!r} (letters, digits, _; max 63)")
+    return name
+
+
+def make_engine(url: str, lock_timeout_s: float, pool_size: int) -> Engine:
+    """An engine for a URL. SQLite: WAL (readers never wait for the writer) and a busy
+    timeout of ``lock_timeout_s``. Others: a pool without ``pool_pre_ping`` (a ping is a
+    round trip per checkout); a connection that died in the pool fails its first statement,
+    which the strategies map to a store error, and SQLAlchemy then invalidates the pool."""
+    parsed = sa.make_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        engine = sa.create_engine(
+            url, connect_args={"timeout": max(lock_timeout_s, 1.0)}, pool_size=pool_size
+        )
+
+        @event.listens_for(engine, "connect")
+        def _pragmas(dbapi_conn: Any, _record: Any) -> None:
+            cur = dbapi_conn.cursor()
+            cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute("PRAGMA synchronous=NORMAL")
+            cur.close()
+
+        return engine
+    connect_args: dict[str, Any] = {}
+    if parsed.get_backend_name() == "postgresql":
+        # The lock timeout as a session setting at connect time: no SET per transaction.
+        connect_args["options"] = f"-c lock_timeout={int(lock_timeout_s * 1000)}"
+    return sa.create_engine(
+        url, pool_size=pool_size, max_overflow=pool_size, connect_args=connect_args
+    )
+
+
+def install_sqlite_begin(engine: Engine) -> None:
+    """The documented pysqlite recipe: SQLAlchemy, not the driver, emits BEGIN; ours is
+    IMMEDIATE (take the write lock now) unless the connection reads only."""
+    if engine.dialect.name != "sqlite" or getattr(engine, _SQLITE_HOOKED, False):
+        return
+
+    @event.listens_for(engine, "connect")
+    def _connect(dbapi_conn: Any, _record: Any) -> None:
+        dbapi_conn.isolation_level = None
+
+    @event.listens_for(engine, "begin")
+    def _begin(conn: Connection) -> None:
+        deferred = conn.get_execution_options().get("idemp_read_only", False)
+        conn.exec_driver_sql("BEGIN" if deferred else "BEGIN IMMEDIATE")
+
+    setattr(engine, _SQLITE_HOOKED, True)
+    engine.dispose()  # pooled connections predate the connect hook
+
+
+def busy(exc: BaseException) -> bool:
+    """A lock wait that timed out (or NOWAIT found the row locked): someone else holds
+    this entity (or SQLite's write lock)."""
+    if not isinstance(exc, DBAPIError):
+        return False
+    text = str(exc.orig).lower() if exc.orig is not None else str(exc).lower()
+    code = getattr(exc.orig, "sqlstate", None) or getattr(exc.orig, "pgcode", None)
+    return (
+        code == "55P03"  # PostgreSQL lock_not_available (lock_timeout, NOWAIT)
+        or "database is locked" in text  # SQLite busy timeout
+        or "lock wait timeout" in text  # MySQL 1205
+    )
+
+
+def set_lock_timeout(conn: Connection, timeout_ms: int) -> None:
+    """Bound row-lock waits inside the current transaction (PostgreSQL, MySQL)."""
+    dialect = conn.dialect.name
+    if dialect == "postgresql":
+        conn.exec_driver_sql(f"SET LOCAL lock_timeout = {int(timeout_ms)}")
+    elif dialect in ("mysql", "mariadb"):
+        conn.exec_driver_sql(
+            f"SET SESSION innodb_lock_wait_timeout = {max(1, int(timeout_ms) // 1000)}"
+        )
+
+
+def close_quietly(conn: Connection) -> None:
+    """Close (rolling back any open transaction); a dead connection is already gone."""
+    try:
+        conn.close()
+    except SQLAlchemyError:
+        conn.invalidate()
+
+
+def entity_table(
+    engine: Engine, name: str, *, create: bool, id_column: str, version_column: str | None
+) -> sa.Table:
+    """The business table of the "around" strategies: reflected if it exists, else (when
+    ``create``) a generic one: id, version, state, data."""
+    valid_identifier(name)
+    metadata = sa.MetaData()
+    if sa.inspect(engine).has_table(name):
+        return sa.Table(name, metadata, autoload_with=engine)
+    if not create:
+        raise LookupError(f"table {name!r} does not exist (create=False)")
+    columns: list[sa.Column[Any]] = [sa.Column(id_column, sa.String(255), primary_key=True)]
+    if version_column is not None:
+        columns.append(sa.Column(version_column, sa.BigInteger, nullable=False, server_default="0"))
+    columns += [sa.Column("state", sa.String(64)), sa.Column("data", sa.Text)]
+    table = sa.Table(name, metadata, *columns)
+    try:
+        metadata.create_all(engine, checkfirst=True)
+    except DBAPIError as exc:  # another process created it at the same time
+        if "already exists" not in str(exc) and "duplicate key" not in str(exc):
+            raise
+    return table
+
+
+def insert_ignore(table: sa.Table, dialect: str) -> Any:
+    """INSERT that does nothing when the primary key exists (PostgreSQL, SQLite, MySQL);
+    None elsewhere (the caller then inserts in a savepoint and ignores the IntegrityError)."""
+    if dialect == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+        return pg_insert(table).on_conflict_do_nothing()
+    if dialect == "sqlite":
+        from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+        return sqlite_insert(table).on_conflict_do_nothing()
+    if dialect in ("mysql", "mariadb"):
+        return sa.insert(table).prefix_with("IGNORE")
+    return None
+
+
+def store_failure(exc: BaseException) -> bool:
+    """The connection itself failed (dropped, server restarted): a store error, not a
+    handler failure."""
+    return isinstance(exc, DBAPIError) and bool(exc.connection_invalidated)

@@ -1,0 +1,212 @@
+"""Optimistic version: the business row carries a version; an update applies only to the
+version the handler read (``UPDATE … SET …, version = version + 1 WHERE id = :id AND
+version = :v``). Nothing is locked while the handler runs; a concurrent writer makes the
+update match no row: a :class:`VersionConflict`.
+
+On conflict, by setting: ``on_conflict="retry"`` re-reads the row and re-runs the handler
+(up to ``max_retries`` times, then reconsume later: the row is hot, the message is not
+lost); ``on_conflict="drop"`` treats the message as stale and drops it (never applied).
+
+Versions guard against lost and stale updates, not against duplicates, unless the message
+says which version it was built against (``expected_version=fn(message)``): then a
+redelivery or a producer retry finds the version moved on and is dropped as stale, and a
+message ahead of its predecessor (version still lower) comes back later.
+
+The handler gets ``ctx.handle``, a :class:`Versioned` (the row, its version, ``update()``,
+``insert()``), and writes its other effects through ``ctx.connection``: one transaction,
+committed by the pipeline after the handler returns. SQLite serializes writers
+(BEGIN IMMEDIATE), so there only expected versions ever conflict.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.exc import IntegrityError, SQLAlchemyError
+
+from idemp.message import Message
+from idemp.outcome import Outcome
+from idemp.strategies._sql import (
+    busy,
+    close_quietly,
+    entity_table,
+    install_sqlite_begin,
+    make_engine,
+    set_lock_timeout,
+    store_failure,
+)
+from idemp.strategies.base import Job, StoreError, Strategy, Ticket, Verdict
+
+
+class VersionConflict(RuntimeError):
+    """The row's version moved between the handler's read and its update."""
+
+
+@dataclass(slots=True)
+class Versioned:
+    """``ctx.handle`` of :class:`OptimisticVersion`: the row as read, inside the
+    transaction the pipeline commits."""
+
+    connection: Connection
+    table: sa.Table
+    id_column: str
+    version_column: str
+    id: Any
+    row: Mapping[str, Any] | None
+    version: int | None
+    updates: int = field(default=0)
+
+    def update(self, **values: Any) -> int:
+        """Apply ``values`` if the row is still at the version read; → the new version.
+        Raises :class:`VersionConflict` otherwise (the pipeline re-reads or drops)."""
+        if self.version is None:
+            raise VersionConflict(f"{self.id!r}: no row to update (insert() it first)")
+        t = self.table
+        vcol = t.c[self.version_column]
+        done = self.connection.execute(
+            sa.update(t)
+            .where(t.c[self.id_column] == self.id, vcol == self.version)
+            .values(**values, **{self.version_column: vcol + 1})
+        ).rowcount
+        if done != 1:
+            raise VersionConflict(f"{self.id!r}: version {self.version} is no longer current")
+        self.version += 1
+        self.updates += 1
+        return self.version
+
+    def insert(self, **values: Any) -> int:
+        """Create the row at version 1; another creator got there first → conflict."""
+        if self.version is not None:
+            raise VersionConflict(f"{self.id!r}: already exists at version {self.version}")
+        row = {self.id_column: self.id, self.version_column: 1, **values}
+        try:
+            with self.connection.begin_nested():
+                self.connection.execute(sa.insert(self.table), row)
+        except IntegrityError as exc:
+            raise VersionConflict(f"{self.id!r}: created concurrently") from exc
+        self.version = 1
+        self.updates += 1
+        return 1
+
+
+class OptimisticVersion(Strategy):
+    """``OptimisticVersion("postgresql+psycopg://…")`` or ``OptimisticVersion(engine)``;
+    ``table`` (reflected; created generic — id, version, state, data — if missing),
+    ``id_column``, ``version_column``, ``on_conflict`` (``"retry"``/``"drop"``),
+    ``max_retries``, ``expected_version`` (``fn(message) -> int | None``), ``entity_id``
+    (``fn(job)``, default the business key)."""
+
+    name = "optimistic_version"
+
+    def __init__(
+        self,
+        engine: str | Engine,
+        *,
+        table: str = "idemp_entities",
+        id_column: str = "id",
+        version_column: str = "version",
+        on_conflict: Literal["retry", "drop"] = "retry",
+        max_retries: int = 3,
+        expected_version: Callable[[Message], int | None] | None = None,
+        entity_id: Callable[[Job], Any] | None = None,
+        lock_timeout_s: float = 5.0,
+        create: bool = True,
+        pool_size: int = 8,
+    ) -> None:
+        if on_conflict not in ("retry", "drop"):
+            raise ValueError(f"on_conflict must be 'retry' or 'drop', not {on_conflict!r}")
+        if max_retries < 0:
+            raise ValueError("max_retries must be >= 0")
+        self._owns_engine = isinstance(engine, str)
+        # An engine we make has the lock timeout as a session setting; a given one gets
+        # SET LOCAL in each transaction.
+        self._set_timeout = not self._owns_engine
+        if isinstance(engine, str):
+            engine = make_engine(engine, lock_timeout_s, pool_size)
+        self.engine: Engine = engine
+        install_sqlite_begin(engine)
+        self.table = entity_table(
+            engine, table, create=create, id_column=id_column, version_column=version_column
+        )
+        self.id_column, self.version_column = id_column, version_column
+        self.on_conflict = on_conflict
+        self.retry_on = (VersionConflict,)
+        self.max_attempts = 1 + max_retries if on_conflict == "retry" else 1
+        self.expected_version = expected_version
+        self.entity_id = entity_id or (lambda job: job.key)
+        self.lock_timeout_ms = int(lock_timeout_s * 1000)
+        t = self.table
+        self._read = sa.select(t).where(t.c[id_column] == sa.bindparam("id"))
+
+    def __repr__(self) -> str:
+        url = self.engine.url.render_as_string(hide_password=True)
+        return f"OptimisticVersion({url}, table={self.table.name}, on_conflict={self.on_conflict})"
+
+    def begin(self, job: Job) -> Ticket:
+        entity = self.entity_id(job)
+        conn: Connection | None = None
+        try:
+            conn = self.engine.connect()
+            conn.begin()
+            if self._set_timeout:
+                set_lock_timeout(conn, self.lock_timeout_ms)
+            row = conn.execute(self._read, {"id": entity}).mappings().first()
+        except SQLAlchemyError as exc:
+            if conn is not None:
+                close_quietly(conn)
+            if busy(exc):
+                return Ticket(job, Verdict.IN_PROGRESS, detail="lock wait timed out")
+            raise StoreError(f"read of {entity!r} failed: {exc}") from exc
+        version = None if row is None else int(row[self.version_column])
+        verdict, detail = self._check_expected(job.message, version)
+        if not verdict.runs:
+            close_quietly(conn)
+            return Ticket(job, verdict, detail=detail)
+        data = None if row is None else dict(row)
+        handle = Versioned(
+            conn, self.table, self.id_column, self.version_column, entity, data, version
+        )
+        return Ticket(job, Verdict.RUN, handle=handle, atomic=True, private=conn)
+
+    def _check_expected(self, message: Message, current: int | None) -> tuple[Verdict, str]:
+        if self.expected_version is None:
+            return Verdict.RUN, ""
+        expected = self.expected_version(message)
+        if expected is None:
+            return Verdict.RUN, ""
+        have = 0 if current is None else current
+        if have > expected:
+            return Verdict.STALE, f"built against version {expected}, row is at {have}"
+        if have < expected:
+            return Verdict.IN_PROGRESS, f"ahead: built against version {expected}, row at {have}"
+        return Verdict.RUN, ""
+
+    def commit(self, ticket: Ticket) -> None:
+        conn: Connection = ticket.private
+        try:
+            conn.commit()
+        except SQLAlchemyError as exc:
+            raise StoreError(f"commit failed: {exc}") from exc
+        finally:
+            close_quietly(conn)
+
+    def abort(self, ticket: Ticket, error: BaseException | None) -> None:
+        close_quietly(ticket.private)  # rollback: the handler's writes go with it
+
+    def classify(self, error: BaseException) -> Outcome | None:
+        if isinstance(error, VersionConflict):
+            # drop: stale by policy. retry: retries exhausted, the row is hot; come back.
+            return Outcome.DROPPED if self.on_conflict == "drop" else Outcome.IN_PROGRESS
+        if busy(error):
+            return Outcome.IN_PROGRESS
+        if store_failure(error):
+            return Outcome.STORE_ERROR
+        return None
+
+    def close(self) -> None:
+        if self._owns_engine:
+            self.engine.dispose()

@@ -1,0 +1,578 @@
+"""Unique-key table (SQLAlchemy 2 Core): one row per (namespace, business key).
+
+Claim = ``INSERT … ON CONFLICT DO NOTHING`` (PostgreSQL, SQLite; ``INSERT IGNORE`` on
+MySQL): a row inserted is ours. Otherwise the row decides: CONSUMED → duplicate,
+CONSUMING before its deadline → in progress, CONSUMING past it (or CONSUMED past its
+retention) → a compare-and-set ``UPDATE … WHERE owner = :old`` that only one taker wins.
+
+Two modes:
+
+* default: each statement commits at once (autocommit): claim, handler, then
+  ``UPDATE … SET status = 'CONSUMED' WHERE owner = :me``. A crash between the handler's
+  effect and that update is the crash window; the deadline bounds how long it blocks.
+* ``transactional=True``: the claim row (written directly as CONSUMED) and the handler's
+  writes (through ``ctx.connection``) commit in one transaction; a crash rolls both back.
+  A concurrent claimer of the same key waits on the row (up to ``lock_timeout_s``, then
+  in progress) and then sees the committed row: a duplicate.
+
+SQLite has no row locks: every write transaction here starts with ``BEGIN IMMEDIATE``
+(the database-wide write lock) so that claims serialize instead of failing at commit.
+
+The primary key is the unique (namespace, business_key) index: a claim is one index
+lookup however large the table. ``expires_ms`` is indexed; ``purge()`` deletes expired
+rows in small batches so that no statement holds locks for long.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Engine
+from sqlalchemy.exc import DBAPIError, IntegrityError, SQLAlchemyError
+
+from idemp.strategies._sql import busy as _busy
+from idemp.strategies._sql import close_quietly as _close_quietly
+from idemp.strategies._sql import install_sqlite_begin as _install_sqlite_begin
+from idemp.strategies._sql import make_engine, valid_identifier
+from idemp.strategies.base import (
+    CONSUMED,
+    CONSUMING,
+    ClaimLost,
+    ClaimStrategy,
+    Job,
+    Record,
+    StoreError,
+    Ticket,
+    Verdict,
+    new_token,
+    verdict_of_existing,
+)
+
+KEY_LENGTH = 255
+NAMESPACE_LENGTH = 255
+_LONG_KEY = 200  # longer keys are stored as their hash (an index must stay bounded)
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def stored_key(key: str) -> str:
+    if len(key) <= _LONG_KEY:
+        return key
+    return "sha256:" + hashlib.sha256(key.encode()).hexdigest()
+
+
+def make_table(name: str, metadata: sa.MetaData | None = None) -> sa.Table:
+    metadata = metadata if metadata is not None else sa.MetaData()
+    return sa.Table(
+        valid_identifier(name),
+        metadata,
+        sa.Column("namespace", sa.String(NAMESPACE_LENGTH), primary_key=True),
+        sa.Column("business_key", sa.String(KEY_LENGTH), primary_key=True),
+        sa.Column("status", sa.String(16), nullable=False),
+        sa.Column("owner", sa.String(64), nullable=False),
+        sa.Column("fingerprint", sa.String(64), nullable=True),
+        sa.Column("attempts", sa.Integer, nullable=False, default=1),
+        sa.Column("deadline_ms", sa.BigInteger, nullable=True),
+        sa.Column("expires_ms", sa.BigInteger, nullable=False, index=True),
+        sa.Column("msg_id", sa.String(64), nullable=True),
+        sa.Column("created_ms", sa.BigInteger, nullable=False),
+        sa.Column("updated_ms", sa.BigInteger, nullable=False),
+    )
+
+
+class UniqueKeyTable(ClaimStrategy):
+    """``UniqueKeyTable("postgresql+psycopg://…")``, ``UniqueKeyTable("sqlite:///dedup.db")``
+    or ``UniqueKeyTable(engine)``; ``table``, ``deadline_s``, ``retention_s``,
+    ``transactional``, ``lock_timeout_s``, ``create`` (the table, if missing)."""
+
+    name = "unique_key"
+
+    def __init__(
+        self,
+        engine: str | Engine,
+        *,
+        table: str = "idemp_dedup",
+        deadline_s: float = 60.0,
+        retention_s: float = 7 * 86400.0,
+        transactional: bool = False,
+        lock_timeout_s: float = 5.0,
+        create: bool = True,
+        pool_size: int = 8,
+    ) -> None:
+        super().__init__(deadline_s=deadline_s, retention_s=retention_s)
+        self._owns_engine = isinstance(engine, str)
+        if isinstance(engine, str):
+            engine = self._make_engine(engine, lock_timeout_s, pool_size)
+        self.engine: Engine = engine
+        self.dialect = engine.dialect.name
+        self.table = make_table(table)
+        self.transactional = transactional
+        self.lock_timeout_ms = int(lock_timeout_s * 1000)
+        if self.dialect == "sqlite":
+            _install_sqlite_begin(engine)
+            self._auto = engine
+        else:
+            # One round trip per statement: no BEGIN/COMMIT around single-row writes.
+            self._auto = engine.execution_options(isolation_level="AUTOCOMMIT")
+        self._insert = self._insert_statement()
+        if self.dialect in ("postgresql", "sqlite"):
+            self._insert_returning = self._insert.returning(self.table.c.owner)
+        self._read, self._claim_one_trip = self._claim_statements()
+        self._mark_consumed, self._release_mine = self._finish_statements()
+        if create:
+            self.create()
+
+    @staticmethod
+    def _make_engine(url: str, lock_timeout_s: float, pool_size: int) -> Engine:
+        return make_engine(url, lock_timeout_s, pool_size)
+
+    def __repr__(self) -> str:
+        return (
+            f"UniqueKeyTable({self.engine.url.render_as_string(hide_password=True)}, "
+            f"table={self.table.name}, transactional={self.transactional})"
+        )
+
+    def create(self) -> None:
+        try:
+            self.table.metadata.create_all(self.engine, checkfirst=True)
+        except IntegrityError:  # two processes created it at once
+            pass
+        except DBAPIError as exc:
+            if "already exists" not in str(exc):
+                raise StoreError(f"cannot create {self.table.name}: {exc}") from exc
+
+    def _claim_statements(self) -> tuple[Any, Any]:
+        """Built once (compiled once): the read of an existing record, and on PostgreSQL
+        a single statement that inserts the claim or else returns the stored record."""
+        t = self.table
+        cols = (
+            t.c.status,
+            t.c.owner,
+            t.c.fingerprint,
+            t.c.attempts,
+            t.c.deadline_ms,
+            t.c.expires_ms,
+        )
+        read = sa.select(*cols).where(
+            t.c.namespace == sa.bindparam("ns"), t.c.business_key == sa.bindparam("key")
+        )
+        if self.dialect != "postgresql":
+            return read, None
+        from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+        values: dict[str, Any] = {c.name: sa.bindparam(c.name) for c in t.columns}
+        ins = (
+            pg_insert(t)
+            .values(values)
+            .on_conflict_do_nothing(index_elements=["namespace", "business_key"])
+            .returning(*cols)
+            .cte("ins")
+        )
+        mine = sa.select(sa.literal(1).label("mine"), *[ins.c[c.name] for c in cols])
+        theirs = sa.select(sa.literal(0).label("mine"), *cols).where(
+            t.c.namespace == sa.bindparam("namespace"),
+            t.c.business_key == sa.bindparam("business_key"),
+        )
+        return read, sa.union_all(mine, theirs)
+
+    def _finish_statements(self) -> tuple[Any, Any]:
+        """Built once: CONSUMING → CONSUMED and the release, both owner-only."""
+        t = self.table
+        mine = (
+            t.c.namespace == sa.bindparam("ns"),
+            t.c.business_key == sa.bindparam("key"),
+            t.c.owner == sa.bindparam("me"),
+        )
+        consumed = (
+            sa.update(t)
+            .where(*mine)
+            .values(
+                status=CONSUMED,
+                deadline_ms=None,
+                expires_ms=sa.bindparam("expires"),
+                updated_ms=sa.bindparam("now"),
+            )
+        )
+        release = sa.delete(t).where(*mine, t.c.status == CONSUMING)
+        return consumed, release
+
+    def _insert_statement(self) -> Any:
+        t = self.table
+        if self.dialect == "postgresql":
+            from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+            return pg_insert(t).on_conflict_do_nothing(index_elements=["namespace", "business_key"])
+        if self.dialect == "sqlite":
+            from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+            return sqlite_insert(t).on_conflict_do_nothing(
+                index_elements=["namespace", "business_key"]
+            )
+        if self.dialect in ("mysql", "mariadb"):
+            return sa.insert(t).prefix_with("IGNORE")
+        return None  # other dialects: plain INSERT, a duplicate raises IntegrityError
+
+    # -- claim ------------------------------------------------------------------------
+    def _row(self, job: Job, token: str, now: int, status: str) -> dict[str, Any]:
+        deadline = now + self.deadline_ms
+        expires = deadline + self.retention_ms if status == CONSUMING else now + self.retention_ms
+        return {
+            "namespace": job.namespace,
+            "business_key": stored_key(job.key),
+            "status": status,
+            "owner": token,
+            "fingerprint": job.fingerprint,
+            "attempts": 1,
+            "deadline_ms": deadline,
+            "expires_ms": expires,
+            "msg_id": job.message.msg_id[:64] or None,
+            "created_ms": now,
+            "updated_ms": now,
+        }
+
+    def _try_insert(self, conn: Connection, row: dict[str, Any]) -> bool:
+        if self._insert is None:
+            try:
+                with conn.begin_nested():
+                    conn.execute(sa.insert(self.table), row)
+                return True
+            except IntegrityError:
+                return False
+        if self.dialect in ("postgresql", "sqlite"):
+            # RETURNING, not rowcount: psycopg reports -1 for INSERT … ON CONFLICT here.
+            return conn.execute(self._insert_returning, row).first() is not None
+        return conn.execute(self._insert, row).rowcount == 1
+
+    def _claim_on(self, conn: Connection, job: Job, status: str) -> Ticket:
+        """The claim protocol on one connection (autocommit, or inside a transaction)."""
+        t = self.table
+        key = stored_key(job.key)
+        for _ in range(3):  # a row purged or released between our statements: try again
+            token = new_token()
+            now = _now_ms()
+            row = self._row(job, token, now, status)
+            found: Any
+            if self._claim_one_trip is not None:
+                # PostgreSQL: insert-or-read in one round trip. The read shares the
+                # statement's snapshot, so a row committed by a racer while our INSERT
+                # waited is not seen: then nothing comes back and we go round again.
+                got = conn.execute(self._claim_one_trip, row).first()
+                if got is None:
+                    continue
+                if got[0] == 1:
+                    return Ticket(job, Verdict.RUN, token)
+                found = got[1:]
+            else:
+                if self._try_insert(conn, row):
+                    return Ticket(job, Verdict.RUN, token)
+                found = conn.execute(self._read, {"ns": job.namespace, "key": key}).first()
+                if found is None:
+                    continue
+            st, owner, fp, attempts, deadline, expires = found
+            expired = expires <= now
+            if not expired:
+                verdict = verdict_of_existing(
+                    st, fp, job, deadline_passed=deadline is not None and deadline <= now
+                )
+                if verdict is not Verdict.TAKEOVER:
+                    return Ticket(
+                        job,
+                        verdict,
+                        attempts=attempts,
+                        detail=f"stored fingerprint {fp}" if fp else "",
+                    )
+            row = self._row(job, token, now, status)
+            taken = conn.execute(
+                sa.update(t)
+                .where(t.c.namespace == job.namespace, t.c.business_key == key, t.c.owner == owner)
+                .values(
+                    status=status,
+                    owner=token,
+                    fingerprint=job.fingerprint,
+                    attempts=t.c.attempts + 1,
+                    deadline_ms=row["deadline_ms"],
+                    expires_ms=row["expires_ms"],
+                    msg_id=row["msg_id"],
+                    updated_ms=now,
+                )
+            ).rowcount
+            if taken == 1:
+                # An expired CONSUMED record is a new delivery after the retention; only
+                # a CONSUMING one past its deadline is a takeover.
+                verdict = Verdict.TAKEOVER if st == CONSUMING and not expired else Verdict.RUN
+                return Ticket(job, verdict, token, attempts=attempts + 1)
+            return Ticket(
+                job, Verdict.IN_PROGRESS, attempts=attempts, detail="lost the takeover race"
+            )
+        return Ticket(job, Verdict.IN_PROGRESS, detail="record kept changing under the claim")
+
+    def begin(self, job: Job) -> Ticket:
+        if self.transactional:
+            return self._begin_transaction(job)
+        try:
+            with self._auto.begin() as conn:
+                return self._claim_on(conn, job, CONSUMING)
+        except DBAPIError as exc:
+            if _busy(exc):
+                return Ticket(job, Verdict.IN_PROGRESS, detail="lock wait timed out")
+            raise StoreError(f"claim failed: {exc.orig or exc}") from exc
+        except SQLAlchemyError as exc:
+            raise StoreError(f"claim failed: {exc}") from exc
+
+    def _begin_transaction(self, job: Job) -> Ticket:
+        conn: Connection | None = None
+        try:
+            conn = self.engine.connect()
+            conn.begin()
+            if self.dialect == "postgresql":
+                conn.exec_driver_sql(f"SET LOCAL lock_timeout = {self.lock_timeout_ms}")
+            elif self.dialect in ("mysql", "mariadb"):
+                seconds = max(1, self.lock_timeout_ms // 1000)
+                conn.exec_driver_sql(f"SET SESSION innodb_lock_wait_timeout = {seconds}")
+            ticket = self._claim_on(conn, job, CONSUMED)
+        except DBAPIError as exc:
+            if conn is not None:
+                _close_quietly(conn)
+            if _busy(exc):
+                return Ticket(job, Verdict.IN_PROGRESS, detail="lock wait timed out")
+            raise StoreError(f"claim failed: {exc.orig or exc}") from exc
+        except SQLAlchemyError as exc:
+            if conn is not None:
+                _close_quietly(conn)
+            raise StoreError(f"claim failed: {exc}") from exc
+        except BaseException:
+            if conn is not None:
+                _close_quietly(conn)
+            raise
+        if not ticket.verdict.runs:
+            _close_quietly(conn)
+            return ticket
+        ticket.handle = conn
+        ticket.atomic = True
+        ticket.private = conn
+        return ticket
+
+    # -- commit / release -------------------------------------------------------------
+    def commit(self, ticket: Ticket) -> None:
+        if isinstance(ticket.private, _Shared):
+            self.commit_many([ticket])
+            return
+        if ticket.private is not None:
+            conn: Connection = ticket.private
+            try:
+                conn.commit()
+            except SQLAlchemyError as exc:
+                raise StoreError(f"commit failed: {exc}") from exc
+            finally:
+                _close_quietly(conn)
+            return
+        job = ticket.job
+        now = _now_ms()
+        params = {
+            "ns": job.namespace,
+            "key": stored_key(job.key),
+            "me": ticket.token,
+            "expires": now + self.retention_ms,
+            "now": now,
+        }
+        try:
+            with self._auto.begin() as auto:
+                done = auto.execute(self._mark_consumed, params).rowcount
+        except SQLAlchemyError as exc:
+            raise StoreError(f"commit failed: {exc}") from exc
+        if done != 1:
+            raise ClaimLost(f"claim on {job.key!r} was taken over before commit")
+
+    def abort(self, ticket: Ticket, error: BaseException | None) -> None:
+        if isinstance(ticket.private, _Shared):
+            _close_quietly(ticket.private.conn)
+            return
+        if ticket.private is not None:
+            _close_quietly(ticket.private)  # rollback: the claim row goes with it
+            return
+        job = ticket.job
+        params = {"ns": job.namespace, "key": stored_key(job.key), "me": ticket.token}
+        try:
+            with self._auto.begin() as auto:
+                auto.execute(self._release_mine, params)
+        except SQLAlchemyError as exc:
+            raise StoreError(f"release failed: {exc}") from exc
+
+    # -- batches ----------------------------------------------------------------------
+    def begin_many(self, jobs: Sequence[Job]) -> list[Ticket]:
+        """One multi-row INSERT … ON CONFLICT DO NOTHING RETURNING for the whole batch
+        (PostgreSQL, SQLite); the keys it did not insert go through the single-key path."""
+        if self.transactional:
+            return self._begin_transaction_many(jobs)
+        if self.dialect not in ("postgresql", "sqlite") or len(jobs) < 2:
+            return [self.begin(job) for job in jobs]
+        t = self.table
+        now = _now_ms()
+        tokens = [new_token() for _ in jobs]
+        rows = [self._row(job, token, now, CONSUMING) for job, token in zip(jobs, tokens)]
+        stmt = self._insert.returning(t.c.namespace, t.c.business_key)
+        try:
+            with self._auto.begin() as conn:
+                inserted = {(ns, k) for ns, k in conn.execute(stmt.values(rows))}
+        except DBAPIError as exc:
+            if _busy(exc):
+                return [
+                    Ticket(job, Verdict.IN_PROGRESS, detail="lock wait timed out") for job in jobs
+                ]
+            raise StoreError(f"batch claim failed: {exc.orig or exc}") from exc
+        out = []
+        for job, token in zip(jobs, tokens):
+            if (job.namespace, stored_key(job.key)) in inserted:
+                out.append(Ticket(job, Verdict.RUN, token))
+            else:
+                out.append(self.begin(job))
+        return out
+
+    def _begin_transaction_many(self, jobs: Sequence[Job]) -> list[Ticket]:
+        """Transactional batch: every claim and the handler's writes in one transaction."""
+        conn: Connection | None = None
+        try:
+            conn = self.engine.connect()
+            conn.begin()
+            if self.dialect == "postgresql":
+                conn.exec_driver_sql(f"SET LOCAL lock_timeout = {self.lock_timeout_ms}")
+            tickets = [self._claim_on(conn, job, CONSUMED) for job in jobs]
+        except DBAPIError as exc:
+            if conn is not None:
+                _close_quietly(conn)
+            if _busy(exc):
+                return [Ticket(j, Verdict.IN_PROGRESS, detail="lock wait timed out") for j in jobs]
+            raise StoreError(f"batch claim failed: {exc.orig or exc}") from exc
+        except BaseException:
+            if conn is not None:
+                _close_quietly(conn)
+            raise
+        shared = _Shared(conn)
+        for ticket in tickets:
+            if ticket.verdict.runs:
+                ticket.handle, ticket.atomic, ticket.private = conn, True, shared
+        if not any(t.verdict.runs for t in tickets):
+            _close_quietly(conn)
+        return tickets
+
+    def commit_many(self, tickets: Sequence[Ticket]) -> None:
+        shared = {id(t.private): t.private for t in tickets if isinstance(t.private, _Shared)}
+        if shared:
+            for box in shared.values():
+                try:
+                    box.conn.commit()
+                except SQLAlchemyError as exc:
+                    raise StoreError(f"batch commit failed: {exc}") from exc
+                finally:
+                    _close_quietly(box.conn)
+            return
+        if self.transactional or len(tickets) < 2:
+            for ticket in tickets:
+                self.commit(ticket)
+            return
+        t = self.table
+        now = _now_ms()
+        owners = [ticket.token for ticket in tickets]
+        try:
+            with self._auto.begin() as conn:
+                done = conn.execute(
+                    sa.update(t)
+                    .where(
+                        sa.tuple_(t.c.namespace, t.c.business_key).in_(
+                            [(x.job.namespace, stored_key(x.job.key)) for x in tickets]
+                        ),
+                        t.c.owner.in_(owners),
+                    )
+                    .values(
+                        status=CONSUMED,
+                        deadline_ms=None,
+                        expires_ms=now + self.retention_ms,
+                        updated_ms=now,
+                    )
+                ).rowcount
+        except SQLAlchemyError as exc:
+            raise StoreError(f"batch commit failed: {exc}") from exc
+        if done != len(tickets):
+            raise ClaimLost(
+                f"{len(tickets) - done} of {len(tickets)} claims were taken over before commit"
+            )
+
+    # -- inspection and housekeeping --------------------------------------------------
+    def get(self, namespace: str, key: str) -> Record | None:
+        t = self.table
+        try:
+            with self.engine.connect() as conn:
+                row = conn.execute(
+                    sa.select(t).where(
+                        t.c.namespace == namespace, t.c.business_key == stored_key(key)
+                    )
+                ).first()
+        except SQLAlchemyError as exc:
+            raise StoreError(f"read failed: {exc}") from exc
+        if row is None:
+            return None
+        return Record(
+            row.namespace,
+            row.business_key,
+            row.status,
+            row.owner,
+            row.fingerprint,
+            row.attempts,
+            row.deadline_ms,
+            row.expires_ms,
+        )
+
+    def purge(
+        self, *, batch_size: int = 1000, max_batches: int | None = None, now_ms: int | None = None
+    ) -> int:
+        """Delete expired rows, ``batch_size`` at a time, each batch its own short
+        transaction (locks only the rows it deletes). Returns how many were deleted."""
+        t = self.table
+        cutoff = _now_ms() if now_ms is None else now_ms
+        total = 0
+        batches = 0
+        while max_batches is None or batches < max_batches:
+            try:
+                with self.engine.begin() as conn:
+                    victims = conn.execute(
+                        sa.select(t.c.namespace, t.c.business_key)
+                        .where(t.c.expires_ms < cutoff)
+                        .order_by(t.c.expires_ms)
+                        .limit(batch_size)
+                    ).all()
+                    if not victims:
+                        break
+                    deleted = conn.execute(
+                        sa.delete(t).where(
+                            t.c.expires_ms < cutoff,
+                            sa.tuple_(t.c.namespace, t.c.business_key).in_(
+                                [tuple(v) for v in victims]
+                            ),
+                        )
+                    ).rowcount
+            except SQLAlchemyError as exc:
+                raise StoreError(f"purge failed: {exc}") from exc
+            total += deleted
+            batches += 1
+            if len(victims) < batch_size:
+                break
+        return total
+
+    def close(self) -> None:
+        if self._owns_engine:
+            self.engine.dispose()
+
+
+class _Shared:
+    """The one transaction of a transactional batch, shared by its tickets."""
+
+    __slots__ = ("conn",)
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn

@@ -1,0 +1,129 @@
+"""Business keys, namespaces, missing-key policies, fingerprints; settings and masking."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+
+from idemp import Message, Outcome, idempotent
+from idemp.config import IdempSettings, mask_url
+from idemp.keys import Missing, MissingKeyError, Namespace, extractor, fingerprint_of
+from idemp.strategies import RedisFlag, UniqueKeyTable
+
+
+class Order(BaseModel):
+    order_id: int
+    amount: float
+
+
+BODY = b'{"order": {"id": 42, "items": [{"sku": "A-1"}]}, "order_id": 7, "amount": 1.5}'
+M = Message("Orders", BODY, keys=("k1", "k2"), properties={"orderId": "p-9"}, consumer_group="g")
+
+
+@pytest.mark.parametrize(
+    ("spec", "expected"),
+    [
+        ("keys", "k1"),
+        ("property:orderId", "p-9"),
+        ("json:order.id", "42"),
+        ("$.order.items[0].sku", "A-1"),
+        ((Order, "order_id"), "7"),
+        (lambda m: m.keys[1], "k2"),
+    ],
+)
+def test_extractors(spec: Any, expected: str) -> None:
+    assert extractor(spec).extract(M) == expected
+
+
+@pytest.mark.parametrize(
+    ("spec", "reason"),
+    [
+        ("property:nope", "no property 'nope'"),
+        ("json:order.missing", "no 'order.missing'"),
+        ("json:order", "not a scalar"),
+        ((Order, "amount"), None),
+    ],
+)
+def test_missing_keys_say_why(spec: Any, reason: str | None) -> None:
+    found = extractor(spec).extract(Message("T", b'{"order": {"id": 1}}'))
+    assert isinstance(found, Missing)
+    if reason is not None:
+        assert reason in found.reason
+
+
+def test_namespace_defaults_to_group_and_original_topic() -> None:
+    retry = Message("%RETRY%g", b"", properties={"RETRY_TOPIC": "Orders"}, consumer_group="g")
+    assert Namespace().of(retry) == "g/Orders"
+    assert Namespace(fixed="x").of(retry) == "x"
+    with pytest.raises(ValueError, match="namespace"):
+        Namespace().of(Message("Orders", b""))
+
+
+def test_fingerprint_depends_on_body_only() -> None:
+    a = fingerprint_of(Message("T", b"x", msg_id="1"))
+    assert a == fingerprint_of(Message("T", b"x", msg_id="2"))
+    assert a != fingerprint_of(Message("T", b"y"))
+
+
+def test_missing_key_policies(tmp_path: Path) -> None:
+    strategy = UniqueKeyTable(f"sqlite:///{tmp_path / 'k.db'}")
+    bare = Message("Orders", b"{}", msg_id="MID-1", consumer_group="g")
+    letters: list[str] = []
+
+    def handler(m: Message) -> None:
+        raise AssertionError("never called without a key")
+
+    strict = idempotent(key="keys", strategy=strategy)(handler)
+    with pytest.raises(MissingKeyError, match="MID-1"):
+        strict(bare)
+    skip = idempotent(key="keys", strategy=strategy, on_missing_key="skip")(handler)
+    assert skip(bare).outcome is Outcome.SKIPPED
+    dlq = idempotent(
+        key="keys",
+        strategy=strategy,
+        on_missing_key="dead_letter",
+        dead_letter=lambda m, why: letters.append(m.msg_id),
+    )(handler)
+    assert dlq(bare).outcome is Outcome.DEAD_LETTERED and letters == ["MID-1"]
+    with pytest.raises(ValueError, match="dead_letter"):
+        idempotent(key="keys", strategy=strategy, on_missing_key="dead_letter")(handler)
+    strategy.close()
+
+
+def test_settings_from_env_and_toml(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = tmp_path / "idemp.toml"
+    path.write_text(
+        'backend = "redis://:hunter2@127.0.0.1:1/0"\ndeadline_s = 5\n'
+        '[listeners.orders]\nbackend = "sqlite:///o.db"\ntransactional = true\n'
+    )
+    settings = IdempSettings.from_toml(path)
+    assert settings.deadline_s == 5.0 and "hunter2" not in repr(settings)
+    assert settings.for_listener("orders")["transactional"] is True
+    monkeypatch.setenv("IDEMP_DEADLINE_S", "9")
+    monkeypatch.setenv("IDEMP_TABLE", "bad-name;drop")
+    with pytest.raises(ValueError, match="table name"):
+        IdempSettings.from_toml(path)
+    monkeypatch.setenv("IDEMP_TABLE", "dedup_rows")
+    settings = IdempSettings.from_toml(path)
+    assert (settings.deadline_s, settings.table) == (9.0, "dedup_rows")
+
+
+def test_backend_change_is_configuration_only(tmp_path: Path, redis_server: Any) -> None:
+    sql = IdempSettings(backend=f"sqlite:///{tmp_path / 'a.db'}").strategy_for()
+    red = IdempSettings(backend=redis_server.url).strategy_for()
+    assert isinstance(sql, UniqueKeyTable) and isinstance(red, RedisFlag)
+    sql.close()
+    red.close()
+
+
+def test_mask_url() -> None:
+    assert (
+        mask_url("postgresql+psycopg://app:s3cret@db:5432/x")
+        == "postgresql+psycopg://app:***@db:5432/x"
+    )
+    assert mask_url("redis://:pw@h:6379/0") == "redis://:***@h:6379/0"
+    assert mask_url("redis://h:6379/0?password=pw") == "redis://h:6379/0?password=***"
+    assert mask_url("sqlite:///tmp/a.db") == "sqlite:///tmp/a.db"

@@ -1,0 +1,245 @@
+"""RedissonLock against a real Redis: reentrancy, try-lock with a wait time, waiters woken
+by the unlock notification, the watchdog, a dead owner's lease, and fencing tokens.
+
+Leases are configured short (1.5 s, renewed every 0.5 s) so the lease-dependent tests run
+in seconds; the defaults (30 s / 10 s) are the same code with other numbers.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import redis
+
+from idemp import Context, Message, Outcome, ack_of, idempotent
+from idemp.strategies import LeaseLost, LockHandle, RedissonLock
+
+ROOT = Path(__file__).resolve().parents[2]
+NS = "g/Orders"
+
+
+@pytest.fixture
+def make_lock(redis_server: Any) -> Iterator[Callable[..., RedissonLock]]:
+    prefix = f"t{uuid.uuid4().hex[:8]}"
+    made: list[RedissonLock] = []
+
+    def factory(**options: Any) -> RedissonLock:
+        strategy = RedissonLock(redis_server.url, prefix=prefix, **options)
+        made.append(strategy)
+        return strategy
+
+    yield factory
+    for s in made:
+        s.close()
+
+
+def in_thread(fn: Callable[[], Any]) -> Any:
+    """Run ``fn`` in another thread (another lock owner) and return its result."""
+    out: list[Any] = []
+    t = threading.Thread(target=lambda: out.append(fn()))
+    t.start()
+    t.join(30)
+    assert not t.is_alive()
+    return out[0]
+
+
+def msg(key: str) -> Message:
+    return Message("Orders", b"{}", keys=(key,), msg_id=uuid.uuid4().hex)
+
+
+def test_reentrant_per_thread_and_counted(make_lock: Any) -> None:
+    s = make_lock()
+    lock = s.lock("a")
+    assert lock.acquire(timeout=0)
+    first = lock.token
+    assert lock.acquire(timeout=0)  # the same thread enters again: same hold, same token
+    assert lock.token == first
+    raw = s.client.hgetall(s._keys("a")[0])
+    assert [int(v) for k, v in raw.items() if not k.startswith(b"#")] == [2]
+    assert in_thread(lambda: s.lock("a").acquire(blocking=False)) is False
+
+    lock.release()
+    assert in_thread(lambda: s.lock("a").acquire(blocking=False)) is False  # still held once
+    lock.release()
+    other = s.lock("a")
+    assert in_thread(lambda: other.acquire(blocking=False)) is True
+    assert other.token == first + 1  # a fresh hold gets a new, higher fencing token
+    with pytest.raises(LeaseLost):
+        lock.release()  # not ours any more
+
+
+def test_try_lock_gives_up_after_its_wait_time(make_lock: Any) -> None:
+    s = make_lock()
+    assert s.lock("b").acquire(timeout=0)
+    start = time.monotonic()
+    got = in_thread(lambda: s.lock("b").acquire(timeout=0.3))
+    assert got is False
+    assert time.monotonic() - start >= 0.3  # it did wait (a lower bound, not a timing)
+
+
+def test_waiter_is_woken_by_unlock_not_by_the_lease(make_lock: Any) -> None:
+    """The holder's lease is 30 s and the waiter waits up to 20 s: the waiter can only
+    get the lock in time if the unlock notification wakes it."""
+    s = make_lock(lease_s=30.0, renew_s=10.0)
+    holder = s.lock("c")
+    assert holder.acquire(timeout=0)
+    channel = s._keys("c")[2]
+    result: list[bool] = []
+    waiter = threading.Thread(target=lambda: result.append(s.lock("c").acquire(timeout=20)))
+    attempts_before = s.attempts
+    waiter.start()
+    end = time.monotonic() + 10
+    while channel not in s._waiters._events and time.monotonic() < end:
+        time.sleep(0.01)  # polling the test's own view: the waiter has registered
+    assert channel in s._waiters._events
+    notified_before = s._waiters.notifications
+    holder.release()
+    waiter.join(25)
+
+    assert result == [True]
+    assert s._waiters.notifications == notified_before + 1
+    # try, register + try again, one retry after the wake-up (plus at most one if the
+    # subscription reconnected meanwhile, which wakes every waiter): no polling loop
+    assert s.attempts - attempts_before in (3, 4)
+    assert s.client.pttl(s._keys("c")[0]) > 20_000  # the new hold has its own fresh lease
+
+
+def test_watchdog_keeps_a_long_handlers_lock(make_lock: Any) -> None:
+    """Lease 1.5 s renewed every 0.5 s; the handler runs 4 s (over 2.5 leases) while
+    another owner keeps trying: it never gets in, and the handler's commit succeeds."""
+    s = make_lock(lease_s=1.5, renew_s=0.5, wait_s=0)
+    other = make_lock(lease_s=1.5, renew_s=0.5, wait_s=0)
+    tries: list[Outcome] = []
+
+    @idempotent(key="keys", strategy=s, namespace=NS)
+    def long_handler(message: Message, ctx: Context) -> None:
+        end = time.monotonic() + 4.0
+        while time.monotonic() < end:
+            tries.append(in_thread(lambda: contender(msg("long")).outcome))
+            time.sleep(0.25)  # pacing the contender's attempts; the run length is the test
+        ctx.handle.check()
+
+    @idempotent(key="keys", strategy=other, namespace=NS)
+    def contender(message: Message) -> None:
+        raise AssertionError("ran while the lock was held")
+
+    result = long_handler(msg("long"))
+
+    assert result.outcome is Outcome.PROCESSED
+    assert len(tries) >= 8 and set(tries) == {Outcome.IN_PROGRESS}
+    assert s._watchdog is not None and s._watchdog.renewals >= 2  # 4 s over 1.5 s leases
+    assert s.client.exists(s._keys(f"{NS}:long")[0]) == 0  # released at commit
+
+
+def test_without_watchdog_the_lease_ends_and_a_stale_commit_is_refused(make_lock: Any) -> None:
+    """A holder paused past its lease (no watchdog here): the next owner gets a higher
+    fencing token, and the paused holder's commit is refused (the message comes back)."""
+    s = make_lock(lease_s=1.0, renew_s=None, wait_s=0)
+    successor = make_lock(lease_s=5.0, renew_s=None, wait_s=5.0)
+    tokens: dict[str, int] = {}
+    store = {"fence": 0, "value": ""}  # a business store that keeps the highest token
+
+    def fenced_write(token: int, value: str) -> bool:
+        if token <= store["fence"]:
+            return False
+        store.update(fence=token, value=value)
+        return True
+
+    @idempotent(key="keys", strategy=successor, namespace=NS)
+    def fresh(message: Message, ctx: Context) -> None:
+        tokens["fresh"] = ctx.handle.token
+        assert fenced_write(ctx.handle.token, "fresh")
+
+    @idempotent(key="keys", strategy=s, namespace=NS)
+    def paused(message: Message, ctx: Context) -> None:
+        handle: LockHandle = ctx.handle
+        tokens["paused"] = handle.token
+        # The "pause": the lease runs out and someone else takes the lock meanwhile.
+        assert in_thread(lambda: fresh(msg("f"))).outcome is Outcome.PROCESSED
+        with pytest.raises(LeaseLost):
+            handle.check()
+        assert fenced_write(handle.token, "paused") is False
+
+    result = paused(msg("f"))
+
+    assert (result.outcome, ack_of(result)) == (Outcome.FAILED, False)
+    assert isinstance(result.error, LeaseLost)
+    assert tokens["fresh"] > tokens["paused"]
+    assert store == {"fence": tokens["fresh"], "value": "fresh"}
+
+
+HOLDER = textwrap.dedent(
+    """
+    import sys, threading
+    from idemp.strategies import RedissonLock
+    s = RedissonLock(sys.argv[1], prefix=sys.argv[2], lease_s=1.5, renew_s=0.5)
+    lock = s.lock("dying")
+    assert lock.acquire(timeout=0)
+    print(lock.token, flush=True)
+    threading.Event().wait()
+    """
+)
+
+
+def test_owner_killed_its_lease_ends_and_the_next_owner_gets_it(make_lock: Any) -> None:
+    s = make_lock(lease_s=1.5, renew_s=0.5)
+    url = s.client.connection_pool.connection_kwargs
+    child = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, f"redis://{url['host']}:{url['port']}/0", s.prefix],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert child.stdout is not None
+        dead_token = int(child.stdout.readline())
+        time.sleep(2.0)  # longer than one lease: the child's watchdog is what keeps it
+        assert s.lock("dying").acquire(timeout=0) is False
+        child.send_signal(signal.SIGKILL)
+        assert child.wait(10) == -signal.SIGKILL
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    lock = s.lock("dying")
+    assert lock.acquire(timeout=10)  # within one lease of the kill (1.5 s), bounded by 10
+    assert lock.token == dead_token + 1
+    lock.release()
+
+
+def test_busy_key_is_reconsumed_later_and_keys_are_independent(make_lock: Any) -> None:
+    s = make_lock(wait_s=0.2)
+    ran: list[str] = []
+
+    @idempotent(key="keys", strategy=s, namespace=NS)
+    def handle(message: Message, ctx: Context) -> None:
+        ran.append(message.keys[0])
+
+    assert s.lock(f"{NS}:k1").acquire(timeout=0)
+    busy = in_thread(lambda: handle(msg("k1")))
+    free = in_thread(lambda: handle(msg("k2")))
+
+    assert (busy.outcome, ack_of(busy)) == (Outcome.IN_PROGRESS, False)
+    assert free.outcome is Outcome.PROCESSED
+    assert ran == ["k2"]
+
+
+def test_built_from_url_or_client(redis_server: Any) -> None:
+    client = redis.Redis.from_url(redis_server.url)
+    for s in (RedissonLock(redis_server.url), RedissonLock(client)):
+        lock = s.lock(f"x-{uuid.uuid4().hex}")
+        assert lock.acquire(timeout=0)
+        lock.release()
+        s.close()
+    assert client.ping()  # a client it was given is not closed
+    client.close()

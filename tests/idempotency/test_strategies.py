@@ -1,0 +1,283 @@
+"""Each strategy against its real store: SQLite and PostgreSQL (plain and transactional),
+Redis. The protocol from DESIGN.md "The idempotency contract", case by case."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from idemp import Context, Message, Outcome, ack_of, idempotent, stats
+from idemp.message import ConsumeResult
+from idemp.strategies import CONSUMED, CONSUMING, ClaimLost, ClaimStrategy, Job, Verdict
+from tests.idempotency.effects import Effects
+from tests.idempotency.specs import KINDS
+
+NS = "orders-group/Orders"
+NON_TX = ("sqlite", "pg", "redis")
+
+Maker = Callable[..., Any]
+
+
+def msg(key: str, body: bytes = b'{"n": 1}', msg_id: str = "") -> Message:
+    return Message("Orders", body, keys=(key,), msg_id=msg_id or f"id-{key}-{time.monotonic_ns()}")
+
+
+@pytest.fixture
+def effects_for(request: pytest.FixtureRequest) -> Iterator[Callable[[dict[str, Any]], Effects]]:
+    made: list[Effects] = []
+
+    def factory(spec: dict[str, Any]) -> Effects:
+        pg = request.getfixturevalue("postgres_server").url if spec["kind"] == "redis" else None
+        effects = Effects(spec, pg)
+        made.append(effects)
+        return effects
+
+    yield factory
+    for e in made:
+        e.close()
+
+
+def listener(strategy: Any, effects: Effects, name: str, **options: Any) -> Any:
+    @idempotent(key="keys", strategy=strategy, namespace=NS, name=name, **options)
+    def handle(message: Message, ctx: Context) -> None:
+        effects.apply(message, ctx)
+
+    return handle
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_new_key_then_duplicate_with_new_msg_id(kind: str, make_strategy: Maker, effects_for: Any):
+    strategy, spec = make_strategy(kind)
+    effects = effects_for(spec)
+    handle = listener(strategy, effects, f"dup-{spec['name']}")
+
+    first = handle(msg("o-1", msg_id="A"))
+    second = handle(msg("o-1", msg_id="B"))  # a producer retry: same key, new msgId
+
+    assert (first.outcome, second.outcome) == (Outcome.PROCESSED, Outcome.DUPLICATE)
+    assert (ack_of(first), ack_of(second)) == (True, True)
+    assert effects.counts() == {"o-1": 1}
+    record = strategy.get(NS, "o-1")
+    assert record is not None and record.status == CONSUMED and record.attempts == 1
+    counted = stats(f"dup-{spec['name']}")
+    assert (counted["processed"], counted["duplicates"]) == (1, 1)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_in_progress_is_reconsumed_later_never_acked(
+    kind: str, make_strategy: Maker, effects_for: Any
+):
+    strategy, spec = make_strategy(kind, lock_timeout_s=0.3)
+    effects = effects_for(spec)
+    entered, release = threading.Event(), threading.Event()
+
+    @idempotent(key="keys", strategy=strategy, namespace=NS)
+    def slow(message: Message, ctx: Context) -> None:
+        effects.apply(message, ctx)
+        entered.set()
+        assert release.wait(10), "the test never released the handler"
+
+    results: list[Any] = []
+    holder = threading.Thread(target=lambda: results.append(slow(msg("o-2"))))
+    holder.start()
+    try:
+        assert entered.wait(10)
+        during = slow(msg("o-2"))
+    finally:
+        release.set()
+        holder.join(10)
+    after = slow(msg("o-2"))
+
+    assert during.outcome is Outcome.IN_PROGRESS
+    assert during.consume_result is ConsumeResult.RECONSUME_LATER and ack_of(during) is False
+    assert results[0].outcome is Outcome.PROCESSED
+    assert after.outcome is Outcome.DUPLICATE
+    assert effects.counts() == {"o-2": 1}
+
+
+@pytest.mark.parametrize("kind", NON_TX)
+def test_takeover_past_deadline_has_one_winner(kind: str, make_strategy: Maker, effects_for: Any):
+    deadline = 0.5
+    strategy, spec = make_strategy(kind, deadline_s=deadline)
+    assert isinstance(strategy, ClaimStrategy)
+    effects = effects_for(spec)
+    name = f"takeover-{spec['name']}"
+    handle = listener(strategy, effects, name)
+    # A holder that claimed and then went silent (its process hung or died).
+    stale = strategy.begin(Job(NS, "o-3", msg("o-3")))
+    assert stale.verdict is Verdict.RUN
+
+    early = handle(msg("o-3"))
+    assert early.outcome is Outcome.IN_PROGRESS
+    # The deadline is wall time on the store's clock: wait it out (bounded, 0.3 s margin).
+    time.sleep(deadline + 0.3)
+
+    barrier = threading.Barrier(8)
+    outcomes: list[Outcome] = []
+    takeovers: list[bool] = []
+
+    def deliver() -> None:
+        barrier.wait(10)
+        result = handle(msg("o-3"))
+        outcomes.append(result.outcome)
+        takeovers.append(result.takeover)
+
+    threads = [threading.Thread(target=deliver) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+
+    assert outcomes.count(Outcome.PROCESSED) == 1
+    assert takeovers.count(True) == 1
+    assert set(outcomes) <= {Outcome.PROCESSED, Outcome.IN_PROGRESS, Outcome.DUPLICATE}
+    assert effects.counts() == {"o-3": 1}
+    record = strategy.get(NS, "o-3")
+    assert record is not None and record.status == CONSUMED and record.attempts == 2
+    assert stats(name)["takeovers"] == 1
+    with pytest.raises(ClaimLost):  # the silent holder wakes up: its claim is gone
+        strategy.commit(stale)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_handler_exception_releases_claim_and_redelivery_has_one_effect(
+    kind: str, make_strategy: Maker, effects_for: Any
+):
+    strategy, spec = make_strategy(kind)
+    effects = effects_for(spec)
+    failures = [RuntimeError("downstream timeout")]
+
+    @idempotent(key="keys", strategy=strategy, namespace=NS)
+    def flaky(message: Message, ctx: Context) -> None:
+        effects.apply(message, ctx)  # in transactional mode this write is rolled back
+        if failures:
+            raise failures.pop()
+
+    failed = flaky(msg("o-4"))
+    assert failed.outcome is Outcome.FAILED and ack_of(failed) is False
+    assert isinstance(failed.error, RuntimeError)
+    assert strategy.get(NS, "o-4") is None  # released: nothing blocks the redelivery
+    redelivered = flaky(msg("o-4"))
+    assert redelivered.outcome is Outcome.PROCESSED
+    expected = 1 if kind.endswith("_tx") else 2  # a non-transactional effect is not undone
+    assert effects.counts() == {"o-4": expected}
+    assert flaky(msg("o-4")).outcome is Outcome.DUPLICATE
+
+
+@pytest.mark.parametrize("kind", ("sqlite", "redis"))
+def test_declining_listener_is_released_and_reconsumed(kind: str, make_strategy: Maker):
+    strategy, _ = make_strategy(kind)
+    answers = [ConsumeResult.RECONSUME_LATER, None]
+
+    @idempotent(key="keys", strategy=strategy, namespace=NS)
+    def handle(message: Message) -> Any:
+        return answers.pop(0)
+
+    first, second = handle(msg("o-5")), handle(msg("o-5"))
+    assert (first.outcome, ack_of(first)) == (Outcome.FAILED, False)
+    assert (second.outcome, ack_of(second)) == (Outcome.PROCESSED, True)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_payload_conflict_is_reported_not_run(kind: str, make_strategy: Maker, effects_for: Any):
+    strategy, spec = make_strategy(kind)
+    effects = effects_for(spec)
+    name = f"fp-{spec['name']}"
+    handle = listener(strategy, effects, name, fingerprint=True)
+
+    first = handle(msg("o-6", b'{"amount": 10}'))
+    same = handle(msg("o-6", b'{"amount": 10}'))
+    other = handle(msg("o-6", b'{"amount": 99}'))
+
+    assert [r.outcome for r in (first, same, other)] == [
+        Outcome.PROCESSED,
+        Outcome.DUPLICATE,
+        Outcome.PAYLOAD_CONFLICT,
+    ]
+    assert ack_of(other) is True  # retrying cannot change the stored body
+    assert "stored fingerprint" in other.detail
+    assert effects.counts() == {"o-6": 1}
+    assert stats(name)["payload_conflicts"] == 1
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_batch_claims_and_commits_together(kind: str, make_strategy: Maker, effects_for: Any):
+    strategy, spec = make_strategy(kind)
+    effects = effects_for(spec)
+    seen: list[list[str]] = []
+
+    @idempotent.batch(key="keys", strategy=strategy, namespace=NS)
+    def handle(messages: list[Message], contexts: list[Context]) -> None:
+        seen.append([m.keys[0] for m in messages])
+        for m, c in zip(messages, contexts):
+            effects.apply(m, c)
+
+    assert handle([msg("b-1")]).consume_result is ConsumeResult.SUCCESS
+    batch = [msg(k) for k in ("b-1", "b-2", "b-3", "b-2", "b-4")]
+    result = handle(batch)
+
+    assert [r.outcome for r in result.results] == [
+        Outcome.DUPLICATE,
+        Outcome.PROCESSED,
+        Outcome.PROCESSED,
+        Outcome.DUPLICATE,  # the same key twice in one batch: run once
+        Outcome.PROCESSED,
+    ]
+    assert ack_of(result) is True
+    assert seen == [["b-1"], ["b-2", "b-3", "b-4"]]
+    assert effects.counts() == {"b-1": 1, "b-2": 1, "b-3": 1, "b-4": 1}
+    for key in ("b-2", "b-3", "b-4"):
+        record = strategy.get(NS, key)
+        assert record is not None and record.status == CONSUMED
+
+
+@pytest.mark.parametrize("kind", ("sqlite", "pg", "redis"))
+def test_batch_failure_releases_every_claim(kind: str, make_strategy: Maker):
+    strategy, _ = make_strategy(kind)
+    fail = [True]
+
+    @idempotent.batch(key="keys", strategy=strategy, namespace=NS)
+    def handle(messages: list[Message]) -> None:
+        if fail:
+            fail.pop()
+            raise ValueError("bad batch")
+
+    first = handle([msg("c-1"), msg("c-2")])
+    assert ack_of(first) is False and first.count(Outcome.FAILED) == 2
+    assert strategy.get(NS, "c-1") is None and strategy.get(NS, "c-2") is None
+    second = handle([msg("c-1"), msg("c-2")])
+    assert ack_of(second) is True and second.count(Outcome.PROCESSED) == 2
+
+
+@pytest.mark.parametrize("kind", ("sqlite_tx", "redis"))
+def test_async_listener(kind: str, make_strategy: Maker, effects_for: Any):
+    strategy, spec = make_strategy(kind)
+    effects = effects_for(spec)
+
+    @idempotent(key="keys", strategy=strategy, namespace=NS)
+    async def handle(message: Message, ctx: Context) -> None:
+        await asyncio.sleep(0)
+        effects.apply(message, ctx)
+
+    async def run() -> list[Outcome]:
+        return [(await handle(msg("a-1"))).outcome, (await handle(msg("a-1"))).outcome]
+
+    assert asyncio.run(run()) == [Outcome.PROCESSED, Outcome.DUPLICATE]
+    assert effects.counts() == {"a-1": 1}
+
+
+def test_claiming_record_shape_on_redis(make_strategy: Maker):
+    strategy, _ = make_strategy("redis", deadline_s=30)
+    ticket = strategy.begin(Job(NS, "r-1", msg("r-1"), fingerprint="abc"))
+    record = strategy.get(NS, "r-1")
+    assert record is not None
+    assert (record.status, record.owner, record.fingerprint) == (CONSUMING, ticket.token, "abc")
+    assert record.deadline_ms is not None
+    assert 28_000 < record.deadline_ms - int(time.time() * 1000) <= 30_000
+    strategy.abort(ticket, None)
+    assert strategy.get(NS, "r-1") is None
