@@ -17,15 +17,16 @@ EXTRAS := rocketmq,postgres,spark,test
 # or replace it wholesale with `make test PYTEST='...'`.
 PYTEST_ARGS ?=
 PYTEST      ?= $(BIN)/pytest -q $(PYTEST_ARGS)
-RUFF_PATHS  := idemp adapters tests benchmarks setup.py
+RUFF_PATHS  := idemp adapters tests benchmarks fuzz examples docker/check_compose.py setup.py
 
-.PHONY: help venv test lint check-java demo bench clean
+.PHONY: help venv test lint check-java demo bench clean fuzz
 
 help:
 	@echo "make demo    run the main job on embedded defaults"
 	@echo "make test    lint (ruff, mypy, hadolint) + the whole pytest suite"
 	@echo "make lint    ruff, mypy and hadolint only"
 	@echo "make bench   run the benchmarks"
+	@echo "make fuzz    coverage-guided fuzzing (atheris) of the codec and the broker dispatch"
 	@echo "make venv    (re)build .venv if pyproject.toml/setup.py changed"
 	@echo "make clean   remove .venv and every cache"
 
@@ -54,6 +55,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check $(RUFF_PATHS)
 	$(BIN)/mypy idemp
 	$(BIN)/hadolint --no-color docker/Dockerfile
+	$(BIN)/python docker/check_compose.py docker/compose.rocketmq.yml docker/compose.idemp.yml
 
 test: $(STAMP) check-java lint
 	$(PYTEST)
@@ -63,6 +65,19 @@ demo: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks
+
+# FUZZ_SECONDS per target (2 targets: 10 minutes by default). The corpus grows in
+# .cache/fuzz (seeded from fuzz/corpus); a crash is written to .cache/fuzz/crash-*
+# and fails the run: add it to fuzz/regressions/<target>/ with the fix.
+FUZZ_SECONDS ?= 300
+fuzz: $(STAMP)
+	$(BIN)/python -m fuzz.make_corpus
+	for t in codec dispatch; do \
+	  mkdir -p .cache/fuzz/$$t; cp fuzz/corpus/$$t/* .cache/fuzz/$$t/; \
+	  $(BIN)/python -m fuzz.run --replay $$t fuzz/regressions/$$t; \
+	  $(BIN)/python -m fuzz.run $$t -max_total_time=$(FUZZ_SECONDS) -max_len=4096 \
+	    -artifact_prefix=.cache/fuzz/ -print_final_stats=1 .cache/fuzz/$$t; \
+	done
 
 clean:
 	rm -rf $(VENV) .cache build dist *.egg-info .eggs .pytest_cache .mypy_cache \

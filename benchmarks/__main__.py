@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import sys
 
-from benchmarks import broker
+from benchmarks import broker, reconcile, runners, strategies
 
-SUITES = {"broker": broker.main}
+SUITES = {"broker": broker.main, "runners": runners.main, "strategies": strategies.main,
+          "reconcile": reconcile.main}
 
 
 def main(argv: list[str]) -> int:

@@ -28,8 +28,19 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="write bodies (base64 in JSON lines) instead of their SHA-256",
     )
-    demo = sub.add_parser("demo", help="run the demo on embedded defaults")
-    demo.add_argument("--messages", type=int, default=300)
+    from idemp.tools import consume as consume_tool
+    from idemp.tools import produce as produce_tool
+
+    produce_tool.add_arguments(sub.add_parser("produce", help="send test messages"))
+    consume_tool.add_arguments(sub.add_parser("consume", help="consume and record messages"))
+    from idemp.reconcile import cli as reconcile_cli
+
+    reconcile_cli.add_arguments(
+        sub.add_parser("reconcile", help="reconcile dedup records against message history")
+    )
+    from idemp.demo.run import add_arguments as demo_arguments
+
+    demo_arguments(sub.add_parser("demo", help="run the demo on embedded defaults"))
     return parser
 
 
@@ -43,6 +54,18 @@ def main(argv: list[str] | None = None) -> int:
         from idemp.broker.main import run
 
         return run(args)
+    if args.command == "produce":
+        from idemp.tools.produce import run as run_produce
+
+        return run_produce(args)
+    if args.command == "consume":
+        from idemp.tools.consume import run as run_consume
+
+        return run_consume(args)
+    if args.command == "reconcile":
+        from idemp.reconcile.cli import run as run_reconcile
+
+        return run_reconcile(args)
     if args.command == "demo":
         from idemp.demo import run_demo
 

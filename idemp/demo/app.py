@@ -1,0 +1,204 @@
+"""The demo's consumers: decorated listeners and the runners that drive them.
+
+Used by the demo process and by the worker child it kills (``idemp.demo.worker``).
+Each event is one transition of one order. The listener is ``@guarded`` by the
+ride-hailing state machine, with the dedup strategy around it (by default the SQLite
+unique-key table in transactional mode: the dedup row, the order's new state and the
+effect row commit in one transaction). The effect is a row in the effects table with
+an auto-increment ``seq``, so the order in which transitions were applied can be
+checked afterwards.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+import sqlalchemy as sa
+
+from idemp.guards import RIDE_HAILING_ORDER, SqlStateStore
+from idemp.message import Message
+from idemp.strategies.base import Strategy
+
+DISPATCH_TOPIC = "RideDispatchEvents"  # concurrent
+TRIPS_TOPIC = "RideTripEvents"  # orderly, sharding key = order id
+DISPATCH_GROUP = "ride-dispatch"
+TRIPS_GROUP = "ride-trips"
+
+
+@dataclass(frozen=True)
+class Names:
+    """Topic, group and table names of one run (suffixed when the stores are shared)."""
+
+    suffix: str = ""
+
+    def _s(self, base: str, sep: str = "-") -> str:
+        return f"{base}{sep}{self.suffix}" if self.suffix else base
+
+    @property
+    def dispatch_topic(self) -> str:
+        return self._s(DISPATCH_TOPIC, "_")
+
+    @property
+    def trips_topic(self) -> str:
+        return self._s(TRIPS_TOPIC, "_")
+
+    @property
+    def dispatch_group(self) -> str:
+        return self._s(DISPATCH_GROUP)
+
+    @property
+    def trips_group(self) -> str:
+        return self._s(TRIPS_GROUP)
+
+    @property
+    def effects_table(self) -> str:
+        return self._s("demo_ride_effects", "_")
+
+    @property
+    def state_table(self) -> str:
+        return self._s("demo_ride_state", "_")
+
+
+def effects_table(name: str) -> sa.Table:
+    return sa.Table(
+        name,
+        sa.MetaData(),
+        sa.Column("seq", sa.Integer, primary_key=True, autoincrement=True),
+        sa.Column("event_key", sa.String(255), nullable=False),
+        sa.Column("order_id", sa.String(64), nullable=False),
+        sa.Column("state", sa.String(64), nullable=False),
+        sa.Column("topic", sa.String(128), nullable=False),
+        sa.Column("msg_id", sa.String(64), nullable=False),
+        sa.Column("pid", sa.Integer, nullable=False),
+        sa.Column("fare_cents", sa.Integer, nullable=False),
+    )
+
+
+def make_strategy(db_url: str, dedup_url: str | None) -> Strategy:
+    """The dedup strategy: a Redis flag when ``dedup_url`` is ``redis://…``, else the
+    unique-key table on ``dedup_url`` (default: the database itself), transactional."""
+    from idemp.strategies import RedisFlag, UniqueKeyTable
+
+    url = dedup_url or db_url
+    if url.startswith(("redis://", "rediss://", "unix://")):
+        return RedisFlag(url, deadline_s=30.0)
+    return UniqueKeyTable(url, transactional=True, deadline_s=30.0, lock_timeout_s=10.0)
+
+
+class Consumers:
+    """Both decorated listeners and their runners, for one process."""
+
+    def __init__(
+        self,
+        namesrv: str,
+        db_url: str,
+        dedup_url: str | None,
+        names: Names,
+        *,
+        lock_expiry_s: float = 30.0,
+        threads: int = 4,
+    ) -> None:
+        from idemp.client import ClientSettings, ConsumeFrom, ConsumerSettings
+        from idemp.pipeline import guarded
+        from idemp.runners import ConcurrentRunner, OrderlyRunner
+
+        # The poison message fails on every delivery: its tracebacks would bury the
+        # output. The counters (idemp.stats) report every outcome; errors still log.
+        logging.getLogger("idemp").setLevel(logging.ERROR)
+        self.names = names
+        self.strategy = make_strategy(db_url, dedup_url)
+        self.states = SqlStateStore(db_url, table=names.state_table, lock_timeout_s=10.0)
+        self.table = effects_table(names.effects_table)
+        self.table.metadata.create_all(self.states.engine, checkfirst=True)
+        self.pid = os.getpid()
+        self.poison_attempts = 0
+        self._lock = threading.Lock()
+        table, pid = self.table, self.pid
+
+        def apply(message: Message, ctx: Any) -> None:
+            event = json.loads(message.body)
+            fare_cents = round(float(event["fare"]) * 100)  # the poison message fails here
+            ctx.connection.execute(
+                table.insert().values(
+                    event_key=message.key,
+                    order_id=event["order"],
+                    state=event["state"],
+                    topic=message.topic,
+                    msg_id=message.msg_id,
+                    pid=pid,
+                    fare_cents=fare_cents,
+                )
+            )
+
+        def listener(group: str, name: str) -> Any:
+            wrapped = guarded(
+                RIDE_HAILING_ORDER,
+                entity="json:$.order",
+                target="json:$.state",
+                store=self.states,
+                strategy=self.strategy,
+                key="keys",
+                group=group,
+                max_holds=16,
+                after_holds="reconsume",
+                name=name,
+                pass_context=True,
+            )(apply)
+
+            def consume(message: Message) -> Any:
+                if message.key is not None and message.key.startswith("order-poison"):
+                    with self._lock:
+                        self.poison_attempts += 1
+                return wrapped(message)
+
+            return consume
+
+        # Short lock intervals so that queues of a killed process move on in seconds
+        # (the broker side is set by rebalanceLockMaxLiveTime, see idemp.demo.run).
+        renew = max(0.5, lock_expiry_s / 3)
+        client = ClientSettings(
+            namesrv_addr=namesrv,
+            rebalance_interval=2.0,
+            persist_offset_interval=1.0,
+        )
+
+        def settings(group: str, batch: int) -> ConsumerSettings:
+            return ConsumerSettings(
+                group=group,
+                consume_from=ConsumeFrom.FIRST_OFFSET,
+                consume_thread_count=threads,
+                consume_batch_size=batch,
+                lock_renew_interval=renew,
+                lock_expiry=lock_expiry_s,
+                suspend_current_queue_time=0.2,
+            )
+
+        self.dispatch = ConcurrentRunner(
+            listener(names.dispatch_group, "dispatch"),
+            settings=settings(names.dispatch_group, 8),
+            client=client,
+        )
+        self.dispatch.subscribe(names.dispatch_topic)
+        self.trips = OrderlyRunner(
+            listener(names.trips_group, "trips"),
+            settings=settings(names.trips_group, 16),
+            client=client,
+        )
+        self.trips.subscribe(names.trips_topic)
+
+    def start(self) -> None:
+        self.dispatch.start(timeout=30)
+        self.trips.start(timeout=30)
+
+    def shutdown(self) -> None:
+        try:
+            self.dispatch.shutdown(60)
+            self.trips.shutdown(60)
+        finally:
+            self.strategy.close()
+            self.states.close()
