@@ -17,9 +17,9 @@ EXTRAS := rocketmq,postgres,spark,test
 # or replace it wholesale with `make test PYTEST='...'`.
 PYTEST_ARGS ?=
 PYTEST      ?= $(BIN)/pytest -q $(PYTEST_ARGS)
-RUFF_PATHS  := idemp adapters tests benchmarks fuzz examples docker/check_compose.py setup.py
+RUFF_PATHS  := idemp adapters tests benchmarks fuzz examples chaos docker/check_compose.py setup.py
 
-.PHONY: help venv test lint check-java demo bench clean fuzz
+.PHONY: help venv test lint check-java demo bench clean fuzz chaos
 
 help:
 	@echo "make demo    run the main job on embedded defaults"
@@ -27,6 +27,7 @@ help:
 	@echo "make lint    ruff, mypy and hadolint only"
 	@echo "make bench   run the benchmarks"
 	@echo "make fuzz    coverage-guided fuzzing (atheris) of the codec and the broker dispatch"
+	@echo "make chaos   the full chaos run (faults while consuming; CHAOS_ARGS='--seed 8')"
 	@echo "make venv    (re)build .venv if pyproject.toml/setup.py changed"
 	@echo "make clean   remove .venv and every cache"
 
@@ -78,6 +79,12 @@ fuzz: $(STAMP)
 	  $(BIN)/python -m fuzz.run $$t -max_total_time=$(FUZZ_SECONDS) -max_len=4096 \
 	    -artifact_prefix=.cache/fuzz/ -print_final_stats=1 .cache/fuzz/$$t; \
 	done
+
+# The full chaos run (docs/reliability.md): 100,000 messages, 12 consumer SIGKILLs, 3 broker
+# SIGKILLs, Redis and PostgreSQL restarts. A failing seed replays with CHAOS_ARGS='--seed N'.
+CHAOS_ARGS ?=
+chaos: $(STAMP)
+	$(BIN)/python -m chaos $(CHAOS_ARGS)
 
 clean:
 	rm -rf $(VENV) .cache build dist *.egg-info .eggs .pytest_cache .mypy_cache \

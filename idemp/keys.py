@@ -119,6 +119,8 @@ class JsonPath(KeyExtractor):
             node: Any = json.loads(message.body)
         except ValueError as exc:
             return Missing(f"the body is not JSON ({exc})")
+        except RecursionError:  # a hostile body: [[[[... nested past the stack
+            return Missing("the body is JSON nested too deeply to parse")
         for part in self.parts:
             try:
                 node = node[part]
@@ -158,7 +160,10 @@ class Callback(KeyExtractor):
         self.description = f"callable {getattr(fn, '__qualname__', fn)!r}"
 
     def extract(self, message: Message) -> KeyResult:
-        value = self.fn(message)
+        try:
+            value = self.fn(message)
+        except Exception as exc:  # a body it cannot read: the missing-key policy decides
+            return Missing(f"{self.description} raised {type(exc).__name__}: {exc}")
         if value is None or value == "":
             return Missing(f"{self.description} returned {value!r}")
         return str(value)
@@ -190,6 +195,18 @@ def extractor(spec: KeySpec) -> KeyExtractor:
     if callable(spec):
         return Callback(spec)
     raise TypeError(f"cannot extract a key with {spec!r}")
+
+
+def unusable(key: str) -> str | None:
+    """Why a stored key could not hold ``key`` (then the missing-key policy applies),
+    or None: stores take UTF-8 text without NUL (PostgreSQL refuses NUL in text)."""
+    if "\x00" in key:
+        return f"the key {key[:80]!r} contains a NUL character"
+    try:
+        key.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return f"the key {key[:80]!r} is not valid Unicode text ({exc.reason})"
+    return None
 
 
 def original_topic(message: Message) -> str:

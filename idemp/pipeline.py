@@ -33,6 +33,7 @@ from idemp.keys import (
     describe,
     extractor,
     fingerprint_of,
+    unusable,
 )
 from idemp.message import Message, ack_of
 from idemp.outcome import BatchResult, Outcome, Result
@@ -171,6 +172,9 @@ class _Core:
         found = self.extractor.extract(message)
         if isinstance(found, Missing):
             return self.missing(message, found.reason)
+        bad = unusable(found)
+        if bad is not None:
+            return self.missing(message, bad)
         fp = fingerprint_of(message, self.fingerprinter) if self.fingerprint else None
         return Job(self.namespace.of(message), found, message, fp)
 
@@ -178,6 +182,10 @@ class _Core:
         what = self.extractor.description
         text = f"no business key ({what}) in message {describe(message)}: {reason}"
         if self.policy is MissingKeyPolicy.RAISE:
+            _stats.log_event(
+                logging.WARNING, "missing_key", listener=self.name, msg_id=message.msg_id,
+                topic=message.topic, detail=f"{text}; raising (reconsume later)",
+            )
             raise MissingKeyError(f"{self.name}: {text}")
         if self.policy is MissingKeyPolicy.SKIP:
             return self.done(Outcome.SKIPPED, message, None, detail=text)
@@ -293,6 +301,7 @@ class _Core:
                 namespace=job.namespace if job else None,
                 key=job.key if job else None,
                 msg_id=message.msg_id,
+                topic=message.topic,
                 reconsume_times=message.reconsume_times,
                 takeover=takeover or None,
                 error=repr(error) if error is not None else None,

@@ -84,10 +84,14 @@ def make_strategy(db_url: str, dedup_url: str | None) -> Strategy:
     unique-key table on ``dedup_url`` (default: the database itself), transactional."""
     from idemp.strategies import RedisFlag, UniqueKeyTable
 
+    # The processing deadline must end well inside the retry window, or a message whose
+    # claim a killed consumer left CONSUMING is retried as "in progress" until it is
+    # dead-lettered: the demo's 1 s delay levels give 16 retries ~16 s (RocketMQ's
+    # defaults: ~4 h 46 min). Transactional SQL leaves no such claim (it rolls back).
     url = dedup_url or db_url
     if url.startswith(("redis://", "rediss://", "unix://")):
-        return RedisFlag(url, deadline_s=30.0)
-    return UniqueKeyTable(url, transactional=True, deadline_s=30.0, lock_timeout_s=10.0)
+        return RedisFlag(url, deadline_s=5.0)
+    return UniqueKeyTable(url, transactional=True, deadline_s=5.0, lock_timeout_s=10.0)
 
 
 class Consumers:
@@ -167,8 +171,9 @@ class Consumers:
             persist_offset_interval=1.0,
         )
 
-        def settings(group: str, batch: int) -> ConsumerSettings:
+        def settings(group: str, batch: int, max_reconsume: int) -> ConsumerSettings:
             return ConsumerSettings(
+                max_reconsume_times=max_reconsume,
                 group=group,
                 consume_from=ConsumeFrom.FIRST_OFFSET,
                 consume_thread_count=threads,
@@ -180,13 +185,15 @@ class Consumers:
 
         self.dispatch = ConcurrentRunner(
             listener(names.dispatch_group, "dispatch"),
-            settings=settings(names.dispatch_group, 8),
+            settings=settings(names.dispatch_group, 8, 16),  # the poison: DLQ after 16
             client=client,
         )
         self.dispatch.subscribe(names.dispatch_topic)
         self.trips = OrderlyRunner(
             listener(names.trips_group, "trips"),
-            settings=settings(names.trips_group, 16),
+            # Orderly retries are in memory, 0.2 s apart: 16 would dead-letter a message
+            # that waits out a dead consumer's claim. -1 = forever (Java's orderly default).
+            settings=settings(names.trips_group, 16, -1),
             client=client,
         )
         self.trips.subscribe(names.trips_topic)

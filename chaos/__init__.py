@@ -1,0 +1,1 @@
+"""Chaos suite: exactly-once effects and per-key order under scripted, seeded faults."""
