@@ -38,6 +38,13 @@ def build_parser() -> argparse.ArgumentParser:
     reconcile_cli.add_arguments(
         sub.add_parser("reconcile", help="reconcile dedup records against message history")
     )
+    from idemp.tools import history as history_tool
+
+    history = sub.add_parser("history", help="message history of a live cluster")
+    history_sub = history.add_subparsers(dest="history_command", required=True)
+    history_tool.add_arguments(
+        history_sub.add_parser("pull", help="pull topics (and retry/DLQ) into Parquet")
+    )
     from idemp.demo.run import add_arguments as demo_arguments
 
     demo_arguments(sub.add_parser("demo", help="run the demo on embedded defaults"))
@@ -66,6 +73,10 @@ def main(argv: list[str] | None = None) -> int:
         from idemp.reconcile.cli import run as run_reconcile
 
         return run_reconcile(args)
+    if args.command == "history":
+        from idemp.tools.history import run as run_history
+
+        return run_history(args)
     if args.command == "demo":
         from idemp.demo import run_demo
 

@@ -343,7 +343,9 @@ class PushConsumer:
             new = [mq for mq in new if mq in won]
         for mq in new:
             offset = await self._compute_pull_from(mq)
-            if offset < 0:
+            # A rebalance that was under way when shutdown began must not start pull
+            # loops that shutdown has already passed (nothing would stop them).
+            if offset < 0 or self.stopping:
                 if self.orderly and self.clustering:
                     assert self.instance is not None
                     await self.instance.unlock_batch(self.group, [mq])

@@ -26,6 +26,7 @@ from .transport import (
     RemotingError,
     ResponseError,
     Transport,
+    within,
 )
 
 log = logging.getLogger("idemp.client")
@@ -139,9 +140,7 @@ class ClientInstance:
         assert self._rebalance_wake is not None
         while True:
             try:
-                await asyncio.wait_for(
-                    self._rebalance_wake.wait(), self.settings.rebalance_interval
-                )
+                await within(self._rebalance_wake.wait(), self.settings.rebalance_interval)
             except asyncio.TimeoutError:
                 pass
             self._rebalance_wake.clear()

@@ -13,7 +13,7 @@ import inspect
 import itertools
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Union
+from typing import TypeVar, Union
 
 from idemp.remoting import FrameDecoder, ProtocolError, RemotingCommand, ResponseCode, encode
 from idemp.remoting.codes import RPC_ONEWAY, RPC_TYPE_RESPONSE
@@ -25,8 +25,32 @@ RequestHandler = Callable[
     Union[RemotingCommand, None, Awaitable[Union[RemotingCommand, None]]],  # noqa: UP007
 ]
 
+T = TypeVar("T")
+
 # Java: a global AtomicInteger; masked to stay a positive int32 on the wire.
 _OPAQUES = itertools.count(1)
+
+
+async def within(aw: Awaitable[T], timeout: float) -> T:
+    """``asyncio.wait_for`` that never loses a cancellation.
+
+    Before Python 3.12, ``wait_for`` returns the result instead of raising
+    CancelledError when the awaited thing is already done but its wake-up has not run
+    yet (gh-86296). A pull task cancelled in that window (a connection lookup just
+    finished) carried on and sent its PULL; the broker held it for the 15 s long-poll,
+    and the consumer's shutdown, which awaits its cancelled pull tasks, waited with it.
+    Raises ``asyncio.TimeoutError`` after ``timeout`` seconds, like ``wait_for``.
+    """
+    inner = asyncio.ensure_future(aw)
+    try:
+        done, _ = await asyncio.wait((inner,), timeout=timeout)
+    except asyncio.CancelledError:
+        inner.cancel()
+        raise
+    if not done:
+        inner.cancel()
+        raise asyncio.TimeoutError
+    return inner.result()
 
 
 def next_opaque() -> int:
@@ -132,7 +156,7 @@ class Transport:
         try:
             host, _, port = addr.rpartition(":")
             try:
-                _, proto = await asyncio.wait_for(
+                _, proto = await within(
                     loop.create_connection(lambda: Connection(self, addr), host, int(port)),
                     self.connect_timeout,
                 )
@@ -176,7 +200,7 @@ class Transport:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         try:
-            conn = await asyncio.wait_for(self.connection(addr), timeout)
+            conn = await within(self.connection(addr), timeout)
         except asyncio.TimeoutError:
             raise ConnectError(f"cannot connect to {addr} within {timeout:.1f}s") from None
         fut: asyncio.Future[RemotingCommand] = loop.create_future()
@@ -186,7 +210,7 @@ class Transport:
             conn.send(cmd)
             remaining = max(0.001, deadline - loop.time())
             try:
-                return await asyncio.wait_for(fut, remaining)
+                return await within(fut, remaining)
             except asyncio.TimeoutError:
                 raise RequestTimeout(
                     f"request code {cmd.code} to {addr} timed out after {timeout:.1f}s"
@@ -198,7 +222,7 @@ class Transport:
     async def invoke_oneway(self, addr: str, cmd: RemotingCommand, timeout: float = 3.0) -> None:
         cmd.flag |= RPC_ONEWAY
         try:
-            conn = await asyncio.wait_for(self.connection(addr), timeout)
+            conn = await within(self.connection(addr), timeout)
         except asyncio.TimeoutError:
             raise ConnectError(f"cannot connect to {addr} within {timeout:.1f}s") from None
         conn.send(cmd)

@@ -39,7 +39,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--records", action="append", default=[],
                    help="dedup records: a unique-key table export, or a Redis flag export "
                         "(told apart by their columns); repeatable")
-    p.add_argument("--offsets", help="consumerOffset.json (RocketMQ's or idemp's broker's)")
+    p.add_argument("--offsets", help="consumerOffset.json (RocketMQ's or idemp's broker's), "
+                   "or a live broker: broker://HOST:PORT?group=G&topic=T")
     p.add_argument("--out", help="output directory")
     p.add_argument("--effects", action="append", default=[], metavar="PATH:KEY_COLUMN[:NS]",
                    help="a business table export whose rows are effects; repeatable")

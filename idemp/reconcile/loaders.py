@@ -480,7 +480,10 @@ class Offsets:
 
 def load_offsets(path: str | Path) -> Offsets:
     """``consumerOffset.json`` as RocketMQ (fastjson: bare integer keys) and idemp's
-    broker write it: ``{"offsetTable": {"topic@group": {"queueId": offset}}}``."""
+    broker write it: ``{"offsetTable": {"topic@group": {"queueId": offset}}}``; or a
+    live broker, ``broker://HOST:PORT?group=G&topic=T`` (see ``load_broker_offsets``)."""
+    if str(path).startswith(BROKER_SCHEME):
+        return load_broker_offsets(str(path))
     _exists("offsets", path)
     try:
         data = jsonlenient.loads(Path(path).read_bytes())
@@ -506,6 +509,78 @@ def load_offsets(path: str | Path) -> Offsets:
     if not out.table:
         raise InputError("offsets", path, "is empty (no offsets)", "offsetTable")
     return out
+
+
+BROKER_SCHEME = "broker://"
+
+
+def load_broker_offsets(url: str, timeout: float = 10.0) -> Offsets:
+    """Committed offsets read live with QUERY_CONSUMER_OFFSET (code 14), the request
+    consumers make, so nothing is written to the broker:
+    ``broker://HOST:PORT?group=G&topic=T[&queues=0,1,...]`` (``group`` and ``topic``
+    repeatable). Every (group, topic) pair is asked, plus each group's
+    ``%RETRY%<group>``; the queues are the topic's read queues in the broker's topic
+    config (GET_ALL_TOPIC_CONFIG), or ``queues=`` for the named topics. A queue the broker answers
+    QUERY_NOT_FOUND for has no committed offset and is left out, as in a file."""
+    import asyncio
+    from urllib.parse import parse_qs, urlsplit
+
+    parts = urlsplit(url)
+    query = parse_qs(parts.query)
+    groups, topics = query.get("group", []), query.get("topic", [])
+    if not parts.netloc or not groups or not topics:
+        raise InputError(
+            "offsets", url, "expected broker://HOST:PORT?group=G&topic=T (group, topic repeatable)"
+        )
+    try:
+        queues = [int(q) for v in query.get("queues", []) for q in v.split(",") if q]
+    except ValueError as exc:
+        raise InputError("offsets", url, f"queues: {exc}") from exc
+    try:
+        out = asyncio.run(_query_broker_offsets(parts.netloc, groups, topics, queues, timeout))
+    except Exception as exc:  # the client's RemotingError, OSError, a bad answer
+        raise InputError("offsets", url, f"cannot read offsets: {exc}") from exc
+    out.source = url
+    if not out.table:
+        raise InputError("offsets", url, "the broker has no offsets for these groups and topics")
+    return out
+
+
+async def _query_broker_offsets(
+    addr: str, groups: list[str], topics: list[str], queues: list[int], timeout: float
+) -> Offsets:
+    from idemp.client.transport import ResponseError, Transport
+    from idemp.remoting import RequestCode, ResponseCode
+
+    transport = Transport()
+
+    async def call(code: int, ext: dict[str, str] | None = None) -> Any:
+        return await transport.invoke(addr, transport.request(code, ext), timeout)
+
+    try:
+        resp = await call(RequestCode.GET_ALL_TOPIC_CONFIG)
+        if resp.code != ResponseCode.SUCCESS:
+            raise ResponseError(resp.code, resp.remark, "topic config")
+        table = jsonlenient.loads(resp.body).get("topicConfigTable") or {}
+        read_queues = {str(k): int(v.get("readQueueNums", 0)) for k, v in table.items()}
+        out = Offsets()
+        for group in groups:
+            for topic in [*topics, f"%RETRY%{group}"]:
+                named = queues if queues and topic in topics else None
+                qids = named or list(range(read_queues.get(topic, 0)))
+                for qid in qids:
+                    resp = await call(
+                        RequestCode.QUERY_CONSUMER_OFFSET,
+                        {"consumerGroup": group, "topic": topic, "queueId": str(qid)},
+                    )
+                    if resp.code == ResponseCode.QUERY_NOT_FOUND:
+                        continue
+                    if resp.code != ResponseCode.SUCCESS:
+                        raise ResponseError(resp.code, resp.remark, f"offset of {topic}@{group}")
+                    out.table[(topic, group, qid)] = int(resp.ext_fields["offset"])
+        return out
+    finally:
+        transport.close()
 
 
 # ---------------------------------------------------------------------------------------
