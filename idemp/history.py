@@ -33,7 +33,7 @@ BATCH_ROWS = 50_000
 
 def is_visible(sys_flag: int) -> bool:
     """Prepared and rolled-back records never reach a consume queue (the broker's
-    ``store.is_dispatched``)."""
+    store uses this same rule to dispatch)."""
     t = sys_flag & MessageSysFlag.TRANSACTION_MASK
     return t in (MessageSysFlag.TRANSACTION_NOT_TYPE, MessageSysFlag.TRANSACTION_COMMIT)
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 
+from idemp.history import is_visible
 from idemp.remoting.codes import SCHEDULE_TOPIC, MessageSysFlag, Prop
 from idemp.remoting.message import MessageExt, decode_message, encode_message
 from idemp.remoting.tags import tags_code
@@ -59,10 +60,9 @@ class GetResult:
     records: list[bytes]
 
 
-def is_dispatched(sys_flag: int) -> bool:
-    """Prepared and rolled-back records never reach a consume queue."""
-    t = sys_flag & MessageSysFlag.TRANSACTION_MASK
-    return t in (MessageSysFlag.TRANSACTION_NOT_TYPE, MessageSysFlag.TRANSACTION_COMMIT)
+# Prepared and rolled-back records never reach a consume queue; the rule lives with
+# the history schema, which reports it as the "visible" column.
+is_dispatched = is_visible
 
 
 ArrivalListener = Callable[[str, int, int, int], None]  # topic, queueId, max offset, tags code

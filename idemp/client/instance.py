@@ -373,23 +373,28 @@ class ClientInstance:
             raise ResponseError(resp.code, resp.remark, f"consumer list of {group}")
         return []
 
-    async def lock_batch(self, group: str, mqs: list[MessageQueue]) -> set[MessageQueue]:
-        """LOCK_BATCH_MQ at each queue's master; returns the queues this client holds."""
-        won: set[MessageQueue] = set()
+    def _lock_bodies(self, group: str, mqs: list[MessageQueue]) -> list[tuple[str, bytes]]:
+        """(master address, LockBatchRequestBody) per broker: lock and unlock share it."""
         by_broker: dict[str, list[MessageQueue]] = {}
         for mq in mqs:
             by_broker.setdefault(mq.broker_name, []).append(mq)
+        out: list[tuple[str, bytes]] = []
         for name, items in by_broker.items():
             addr = self.master_addr(name)
             if addr is None:
                 continue
-            body = json.dumps(
-                {
-                    "consumerGroup": group,
-                    "clientId": self.client_id,
-                    "mqSet": [m.as_json() for m in items],
-                }
-            ).encode()
+            body = {
+                "consumerGroup": group,
+                "clientId": self.client_id,
+                "mqSet": [m.as_json() for m in items],
+            }
+            out.append((addr, json.dumps(body).encode()))
+        return out
+
+    async def lock_batch(self, group: str, mqs: list[MessageQueue]) -> set[MessageQueue]:
+        """LOCK_BATCH_MQ at each queue's master; returns the queues this client holds."""
+        won: set[MessageQueue] = set()
+        for addr, body in self._lock_bodies(group, mqs):
             try:
                 resp = await self.broker_call(addr, RequestCode.LOCK_BATCH_MQ, None, body)
             except RemotingError as exc:
@@ -402,20 +407,7 @@ class ClientInstance:
         return won
 
     async def unlock_batch(self, group: str, mqs: list[MessageQueue]) -> None:
-        by_broker: dict[str, list[MessageQueue]] = {}
-        for mq in mqs:
-            by_broker.setdefault(mq.broker_name, []).append(mq)
-        for name, items in by_broker.items():
-            addr = self.master_addr(name)
-            if addr is None:
-                continue
-            body = json.dumps(
-                {
-                    "consumerGroup": group,
-                    "clientId": self.client_id,
-                    "mqSet": [m.as_json() for m in items],
-                }
-            ).encode()
+        for addr, body in self._lock_bodies(group, mqs):
             try:
                 await self.broker_call(addr, RequestCode.UNLOCK_BATCH_MQ, None, body)
             except RemotingError as exc:
