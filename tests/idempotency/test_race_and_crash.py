@@ -55,18 +55,24 @@ OTHERS = {
 }
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("kind", list(OTHERS))
-def test_race_every_effect_exactly_once(kind: str, make_spec: Any, postgres_server: Any):
-    spec = make_spec(kind, lock_timeout_s=2.0)
-    effects = Effects(spec, postgres_server.url)  # creates the business table up front
+def run_race(
+    spec: dict[str, Any],
+    pg_url: str,
+    processes: int = PROCESSES,
+    threads: int = THREADS,
+    keys: int = KEYS,
+) -> tuple[dict[str, int], dict[str, int]]:
+    """``processes`` × ``threads`` deliver the same ``keys`` at once (``spec``'s strategy,
+    built in each worker process) → (effects per key in the business table, outcome
+    totals over every delivery). Asserts every worker finished without error."""
+    effects = Effects(spec, pg_url)  # creates the business table up front
     build(spec).close()  # and the dedup table, so the workers do not race to create it
     procs = [
-        _spawn(["race", json.dumps(spec), postgres_server.url, str(THREADS), str(KEYS), str(p)])
-        for p in range(PROCESSES)
+        _spawn(["race", json.dumps(spec), pg_url, str(threads), str(keys), str(p)])
+        for p in range(processes)
     ]
     try:
-        assert [_readline(p) for p in procs] == ["ready"] * PROCESSES
+        assert [_readline(p) for p in procs] == ["ready"] * processes
         for p in procs:
             assert p.stdin is not None
             p.stdin.write("go\n")
@@ -80,15 +86,24 @@ def test_race_every_effect_exactly_once(kind: str, make_spec: Any, postgres_serv
                 p.kill()
                 p.wait()
 
-    assert [r["errors"] for r in reports] == [[]] * PROCESSES
+    assert [r["errors"] for r in reports] == [[]] * processes
     counts = effects.counts()
     effects.close()
-    assert len(counts) == KEYS
-    assert set(counts.values()) == {1}
     totals: dict[str, int] = {}
     for r in reports:
         for outcome, n in r["counts"].items():
             totals[outcome] = totals.get(outcome, 0) + n
+    return counts, totals
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", list(OTHERS))
+def test_race_every_effect_exactly_once(kind: str, make_spec: Any, postgres_server: Any):
+    spec = make_spec(kind, lock_timeout_s=2.0)
+    counts, totals = run_race(spec, postgres_server.url)
+
+    assert len(counts) == KEYS
+    assert set(counts.values()) == {1}
     acked = PROCESSES * THREADS * KEYS
     others = OTHERS[kind]
     expected = (

@@ -1,0 +1,133 @@
+"""What the Redis strategies share: connecting from a URL (standalone or Cluster) and
+running Lua scripts by SHA, one at a time or pipelined, reloading them where a server
+lost them.
+
+Cluster: ``redis+cluster://host:port[,host:port…]`` (``rediss+cluster://`` for TLS) builds
+a ``redis.cluster.RedisCluster`` from seed nodes; so does passing one. Every script here
+touches only keys that share one hash tag (``{namespace:key}``), so each call runs on the
+single node that owns that slot, and a pipelined batch is grouped per node by redis-py's
+cluster pipeline (one round trip per node, MOVED/ASK followed).
+
+Why not redis-py's ``Script`` objects: inside a pipeline they add a ``SCRIPT EXISTS`` round
+trip to every ``execute()``, and on a cluster a NOSCRIPT from one node must not re-run
+the calls that already ran on the others. Here only the calls that answered NOSCRIPT are
+re-run, after ``SCRIPT LOAD`` (on every primary of a cluster).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from typing import Any
+from urllib.parse import unquote
+
+import redis
+from redis.cluster import ClusterNode, RedisCluster
+from redis.exceptions import NoScriptError
+
+CLUSTER_SCHEMES = ("redis+cluster", "rediss+cluster")
+#: URL schemes the Redis strategies accept (the config picks a Redis strategy for them).
+SCHEMES = ("redis", "rediss", "unix", *CLUSTER_SCHEMES)
+
+
+def is_cluster(client: Any) -> bool:
+    return isinstance(client, RedisCluster)
+
+
+def cluster_from_url(url: str, **options: Any) -> RedisCluster:
+    """``redis+cluster://[user:password@]host:port[,host:port…][/0]``: the seed nodes; the
+    rest of the topology is discovered from them (``CLUSTER SLOTS``)."""
+    scheme, _, rest = url.partition("://")
+    netloc, _, path = rest.partition("/")
+    path = path.split("?", 1)[0]
+    if path not in ("", "0"):
+        raise ValueError("Redis Cluster has only database 0")
+    userinfo, _, hosts = netloc.rpartition("@")
+    username = password = None
+    if userinfo:
+        user, _, pw = userinfo.partition(":")
+        username, password = unquote(user) or None, unquote(pw) or None
+    nodes = []
+    for part in hosts.split(","):
+        host, _, port = part.strip().rpartition(":")
+        if not host or not port.isdigit():
+            raise ValueError(f"cluster seed must be host:port, not {part!r}")
+        nodes.append(ClusterNode(host.strip("[]"), int(port)))
+    return RedisCluster(
+        startup_nodes=nodes,
+        username=username,
+        password=password,
+        ssl=scheme.lower().startswith("rediss"),
+        **options,
+    )
+
+
+def connect(target: str | Any, timeout_s: float) -> tuple[Any, bool]:
+    """(client, owned): a client built from a URL (owned: closed by the strategy) or the
+    client given (not owned)."""
+    if not isinstance(target, str):
+        return target, False
+    options = {"socket_timeout": timeout_s, "socket_connect_timeout": timeout_s}
+    if target.split(":", 1)[0].lower() in CLUSTER_SCHEMES:
+        return cluster_from_url(target, **options), True
+    return redis.Redis.from_url(target, **options), True
+
+
+def describe(client: Any) -> str:
+    """``redis://host:port/db`` or ``redis+cluster://host:port`` (no credentials)."""
+    if is_cluster(client):
+        nodes = client.get_primaries()
+        where = ",".join(n.name for n in nodes[:3]) or "?"
+        return f"redis+cluster://{where}"
+    kwargs = getattr(getattr(client, "connection_pool", None), "connection_kwargs", {})
+    return f"redis://{kwargs.get('host', '?')}:{kwargs.get('port', '?')}/{kwargs.get('db', 0)}"
+
+
+class LuaScript:
+    """One Lua script, run by ``EVALSHA`` on ``client``; loaded where missing."""
+
+    __slots__ = ("client", "text", "sha")
+
+    def __init__(self, client: Any, text: str) -> None:
+        self.client = client
+        self.text = text
+        self.sha = hashlib.sha1(text.encode()).hexdigest()
+
+    def load(self) -> None:
+        # On a cluster, SCRIPT LOAD goes to every primary (redis-py's routing for it).
+        self.client.script_load(self.text)
+
+    def __call__(self, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        try:
+            return self.client.evalsha(self.sha, len(keys), *keys, *args)
+        except NoScriptError:
+            self.load()
+            return self.client.evalsha(self.sha, len(keys), *keys, *args)
+
+    def many(self, calls: Sequence[tuple[Sequence[str], Sequence[Any]]]) -> list[Any]:
+        """EVALSHA once per (keys, args), pipelined (per node on a cluster), in order.
+
+        Calls that answered NOSCRIPT (a node restarted) are re-run after a load, and
+        only those: each of them failed before running. Any other error is raised after
+        the whole batch was read; the replies of the others are then lost to the caller,
+        which treats the batch as failed (the scripts make a re-run by the same owner
+        harmless)."""
+        replies = self._pipelined(calls)
+        missing = [i for i, r in enumerate(replies) if isinstance(r, NoScriptError)]
+        if missing:
+            self.load()
+            again = self._pipelined([calls[i] for i in missing])
+            for i, reply in zip(missing, again):
+                replies[i] = reply
+        for reply in replies:
+            if isinstance(reply, Exception):
+                raise reply
+        return replies
+
+    def _pipelined(self, calls: Sequence[tuple[Sequence[str], Sequence[Any]]]) -> list[Any]:
+        pipe = self.client.pipeline(transaction=False)
+        command = pipe.execute_command
+        sha = self.sha
+        for keys, args in calls:
+            command("EVALSHA", sha, len(keys), *keys, *args)
+        return list(pipe.execute(raise_on_error=False))
