@@ -19,7 +19,7 @@ PYTEST_ARGS ?=
 PYTEST      ?= $(BIN)/pytest -q $(PYTEST_ARGS)
 RUFF_PATHS  := idemp adapters tests benchmarks fuzz examples chaos docker/check_compose.py setup.py
 
-.PHONY: help venv test lint check-java demo bench clean fuzz chaos
+.PHONY: help venv test lint check-java demo bench clean fuzz chaos soak
 
 help:
 	@echo "make demo    run the main job on embedded defaults"
@@ -28,6 +28,7 @@ help:
 	@echo "make bench   run the benchmarks"
 	@echo "make fuzz    coverage-guided fuzzing (atheris) of the codec and the broker dispatch"
 	@echo "make chaos   the full chaos run (faults while consuming; CHAOS_ARGS='--seed 8')"
+	@echo "make soak    30 minutes steady: RSS, fds and p99 latency must stay flat"
 	@echo "make venv    (re)build .venv if pyproject.toml/setup.py changed"
 	@echo "make clean   remove .venv and every cache"
 
@@ -85,6 +86,10 @@ fuzz: $(STAMP)
 CHAOS_ARGS ?=
 chaos: $(STAMP)
 	$(BIN)/python -m chaos $(CHAOS_ARGS)
+
+# 30 minutes of steady produce/consume with the decorators on (SOAK_ARGS='--minutes 60').
+soak: $(STAMP)
+	$(BIN)/python -m chaos.soak --out soak-windows.jsonl $(SOAK_ARGS)
 
 clean:
 	rm -rf $(VENV) .cache build dist *.egg-info .eggs .pytest_cache .mypy_cache \
