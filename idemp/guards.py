@@ -334,16 +334,18 @@ class Guard:
         """The default business key of a transition message: ``<entity>-><target>``."""
         return _TransitionKey(self)
 
-    def run(self, message: Message, connection: Any, call: Callable[[Transition, Any], Any]) -> Any:
-        """Load the state, decide, and either raise GuardDrop/GuardHold or run ``call``
-        (the handler, given the transition and the store's connection) and save."""
+    def enter(self, message: Message, connection: Any) -> Entered:
+        """Load the state and decide: raise GuardDrop/GuardHold (the state's transaction
+        already finished), or return the open transaction and the transition to apply.
+
+        Split from :meth:`leave` so that the pipeline runs the handler in between, sync or
+        awaited, with one copy of the guard's steps."""
         entity, target = self.entity.extract(message), self.target.extract(message)
         if isinstance(entity, Missing) or isinstance(target, Missing):
             what = entity if isinstance(entity, Missing) else target
             assert isinstance(what, Missing)
             raise GuardDrop(f"no entity or target state: {what.reason}")
         tx = self.store.open(entity, connection)
-        ok = False
         try:
             decision = self.machine.decide(tx.state, target)
             if decision is Decision.AHEAD:
@@ -353,14 +355,47 @@ class Guard:
                 raise GuardDrop(f"{entity}: {tx.state} -> {target} still ahead after {holds} holds")
             if decision is not Decision.APPLY:
                 raise GuardDrop(f"{entity}: {tx.state} -> {target} is {decision.value}")
-            transition = Transition(entity, tx.state, target)
-            value = call(transition, tx.connection)
+        except BaseException:
+            tx.finish(False)
+            raise
+        return Entered(tx, Transition(entity, tx.state, target))
+
+    @staticmethod
+    def leave(entered: Entered, value: Any) -> None:
+        """After a handler that returned ``value``: save the transition if it acked, and
+        finish the state's transaction (committed only if saved)."""
+        ok = False
+        try:
             if ack_of(value):
-                tx.save(transition)
+                entered.tx.save(entered.transition)
                 ok = True
-            return value
         finally:
-            tx.finish(ok)
+            entered.tx.finish(ok)
+
+    @staticmethod
+    def abandon(entered: Entered) -> None:
+        """The handler raised: nothing is saved, the state's transaction rolls back."""
+        entered.tx.finish(False)
+
+    def run(self, message: Message, connection: Any, call: Callable[[Transition, Any], Any]) -> Any:
+        """Enter, run ``call`` (the handler, given the transition and the store's
+        connection), leave: for callers without the pipeline."""
+        entered = self.enter(message, connection)
+        try:
+            value = call(entered.transition, entered.tx.connection)
+        except BaseException:
+            self.abandon(entered)
+            raise
+        self.leave(entered, value)
+        return value
+
+
+@dataclass(frozen=True, slots=True)
+class Entered:
+    """A guard passed: the state's open transaction and the transition to apply."""
+
+    tx: StateTx
+    transition: Transition
 
 
 class _TransitionKey(KeyExtractor):

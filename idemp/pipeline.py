@@ -17,11 +17,20 @@ import functools
 import importlib
 import inspect
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
-from idemp.guards import Guard, GuardDrop, GuardHold, NoClaim, StateMachine, StateStore, Transition
+from idemp.guards import (
+    Entered,
+    Guard,
+    GuardDrop,
+    GuardHold,
+    NoClaim,
+    StateMachine,
+    StateStore,
+    Transition,
+)
 from idemp.keys import (
     Fingerprinter,
     KeyExtractor,
@@ -131,6 +140,24 @@ def _resolve_strategy(strategy: Strategy | str) -> Strategy:
     raise TypeError(f"strategy must be a Strategy or a backend URL, not {strategy!r}")
 
 
+@dataclass(frozen=True, slots=True)
+class _Do:
+    """A step of the protocol: a blocking store call (a worker thread for async)."""
+
+    fn: Callable[..., Any]
+    args: tuple[Any, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class _Call:
+    """A step of the protocol: the user's handler, called or awaited."""
+
+    args: tuple[Any, ...]
+
+
+Step = _Do | _Call
+
+
 class _Core:
     """Configuration and the steps shared by the sync, async and batch listeners."""
 
@@ -183,8 +210,12 @@ class _Core:
         text = f"no business key ({what}) in message {describe(message)}: {reason}"
         if self.policy is MissingKeyPolicy.RAISE:
             _stats.log_event(
-                logging.WARNING, "missing_key", listener=self.name, msg_id=message.msg_id,
-                topic=message.topic, detail=f"{text}; raising (reconsume later)",
+                logging.WARNING,
+                "missing_key",
+                listener=self.name,
+                msg_id=message.msg_id,
+                topic=message.topic,
+                detail=f"{text}; raising (reconsume later)",
             )
             raise MissingKeyError(f"{self.name}: {text}")
         if self.policy is MissingKeyPolicy.SKIP:
@@ -209,21 +240,67 @@ class _Core:
             ticket.handle,
         )
 
-    def call(self, message: Message, ticket: Ticket, attempt: int) -> Any:
-        """Run the handler (inside the guard, if any)."""
-        if self.guard is None:
-            if self.pass_context:
-                return self.fn(message, self.context(ticket, attempt))
-            return self.fn(message)
+    def arguments(
+        self, message: Message, ticket: Ticket, attempt: int, entered: Entered | None
+    ) -> tuple[Any, ...]:
+        """The handler's arguments: the message, and its context if it takes one."""
+        if not self.pass_context:
+            return (message,)
         ctx = self.context(ticket, attempt)
+        if entered is not None:
+            ctx = dataclasses.replace(
+                ctx, transition=entered.transition, guard_connection=entered.tx.connection
+            )
+        return (message, ctx)
 
-        def inner(transition: Transition, connection: Any) -> Any:
-            if not self.pass_context:
-                return self.fn(message)
-            c = dataclasses.replace(ctx, transition=transition, guard_connection=connection)
-            return self.fn(message, c)
+    def steps(self, message: Message) -> Generator[Step, Any, Result]:
+        """The protocol for one message, written once for sync and ``async def``
+        listeners: it yields what to do (a blocking store call, or the handler) and is
+        sent the answer or thrown the exception; ``_drive`` and ``_drive_async`` do it."""
+        prepared = self.prepare(message)
+        if isinstance(prepared, Result):
+            return prepared
+        job = prepared
+        strategy = self.strategy
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                ticket = yield _Do(strategy.begin, (job,))
+            except StoreError as exc:
+                return self.store_error(message, job, exc)
+            if not ticket.verdict.runs:
+                return self.not_run(ticket)
+            try:
+                value = yield from self.handler_steps(message, ticket, attempt)
+                ok = ack_of(value)
+            except BaseException as exc:
+                yield _Do(self.abort, (ticket, exc))
+                if _fatal(exc) or isinstance(exc, asyncio.CancelledError):
+                    raise
+                if strategy.retry_on and isinstance(exc, strategy.retry_on):
+                    if attempt < strategy.max_attempts:
+                        continue
+                return self.failed(ticket, exc)
+            if not ok:
+                return (yield _Do(self.declined, (ticket, value)))
+            return (yield _Do(self.committed, (ticket, value)))
 
-        return self.guard.run(message, _connection_of(ticket.handle), inner)
+    def handler_steps(
+        self, message: Message, ticket: Ticket, attempt: int
+    ) -> Generator[Step, Any, Any]:
+        """The handler, inside the guard if any (its state load and save are store calls)."""
+        guard = self.guard
+        if guard is None:
+            return (yield _Call(self.arguments(message, ticket, attempt, None)))
+        entered = yield _Do(guard.enter, (message, _connection_of(ticket.handle)))
+        try:
+            value = yield _Call(self.arguments(message, ticket, attempt, entered))
+        except BaseException:
+            yield _Do(guard.abandon, (entered,))
+            raise
+        yield _Do(guard.leave, (entered, value))
+        return value
 
     def abort(self, ticket: Ticket, error: BaseException | None) -> None:
         try:
@@ -321,12 +398,54 @@ def _fatal(exc: BaseException) -> bool:
     return isinstance(exc, (KeyboardInterrupt, SystemExit))
 
 
-class IdempotentListener:
-    """A sync listener wrapped by ``@idempotent``: ``listener(message) -> Result``."""
+def _drive(core: _Core, message: Message) -> Result:
+    """Run ``core.steps`` synchronously: store calls and the handler in this thread."""
+    gen = core.steps(message)
+    reply: Any = None
+    error: BaseException | None = None
+    fn = core.fn
+    while True:
+        try:
+            step = gen.send(reply) if error is None else gen.throw(error)
+        except StopIteration as stop:
+            result: Result = stop.value
+            return result
+        try:
+            reply = step.fn(*step.args) if type(step) is _Do else fn(*step.args)
+            error = None
+        except BaseException as exc:
+            reply, error = None, exc
+
+
+async def _drive_async(core: _Core, message: Message) -> Result:
+    """Run ``core.steps`` for an ``async def`` handler: store calls are synchronous
+    (redis-py, SQLAlchemy) and run in the default executor, so the event loop never
+    blocks on a round trip; the handler is awaited."""
+    gen = core.steps(message)
+    reply: Any = None
+    error: BaseException | None = None
+    while True:
+        try:
+            step = gen.send(reply) if error is None else gen.throw(error)
+        except StopIteration as stop:
+            result: Result = stop.value
+            return result
+        try:
+            if type(step) is _Do:
+                reply = await asyncio.to_thread(step.fn, *step.args)
+            else:
+                reply = await core.fn(*step.args)
+            error = None
+        except BaseException as exc:
+            reply, error = None, exc
+
+
+class _Wrapped:
+    """What every wrapped listener exposes: its strategy and name (counters, logs)."""
 
     def __init__(self, core: _Core) -> None:
         self._core = core
-        functools.update_wrapper(self, core.fn)
+        functools.update_wrapper(cast(Any, self), core.fn)  # subclasses define __call__
 
     @property
     def strategy(self) -> Strategy:
@@ -336,93 +455,26 @@ class IdempotentListener:
     def name(self) -> str:
         return self._core.name
 
+
+class IdempotentListener(_Wrapped):
+    """A sync listener wrapped by ``@idempotent``: ``listener(message) -> Result``."""
+
     def __call__(self, message: Message) -> Result:
-        core = self._core
-        prepared = core.prepare(message)
-        if isinstance(prepared, Result):
-            return prepared
-        job = prepared
-        strategy = core.strategy
-        attempt = 0
-        while True:
-            attempt += 1
-            try:
-                ticket = strategy.begin(job)
-            except StoreError as exc:
-                return core.store_error(message, job, exc)
-            if not ticket.verdict.runs:
-                return core.not_run(ticket)
-            try:
-                value = core.call(message, ticket, attempt)
-                ok = ack_of(value)
-            except BaseException as exc:
-                core.abort(ticket, exc)
-                if _fatal(exc):
-                    raise
-                if strategy.retry_on and isinstance(exc, strategy.retry_on):
-                    if attempt < strategy.max_attempts:
-                        continue
-                return core.failed(ticket, exc)
-            if not ok:
-                return core.declined(ticket, value)
-            return core.committed(ticket, value)
+        return _drive(self._core, message)
 
 
-class AsyncIdempotentListener:
+class AsyncIdempotentListener(_Wrapped):
     """An ``async def`` listener wrapped by ``@idempotent``: ``await listener(message)``.
 
     Store calls are synchronous (redis-py, SQLAlchemy) and run in the default executor,
     so the event loop never blocks on a round trip.
     """
 
-    def __init__(self, core: _Core) -> None:
-        self._core = core
-        functools.update_wrapper(self, core.fn)
-
-    @property
-    def strategy(self) -> Strategy:
-        return self._core.strategy
-
-    @property
-    def name(self) -> str:
-        return self._core.name
-
     async def __call__(self, message: Message) -> Result:
-        core = self._core
-        prepared = core.prepare(message)
-        if isinstance(prepared, Result):
-            return prepared
-        job = prepared
-        strategy = core.strategy
-        attempt = 0
-        while True:
-            attempt += 1
-            try:
-                ticket = await asyncio.to_thread(strategy.begin, job)
-            except StoreError as exc:
-                return core.store_error(message, job, exc)
-            if not ticket.verdict.runs:
-                return core.not_run(ticket)
-            try:
-                if core.pass_context:
-                    value = await core.fn(message, core.context(ticket, attempt))
-                else:
-                    value = await core.fn(message)
-                ok = ack_of(value)
-            except BaseException as exc:
-                await asyncio.to_thread(core.abort, ticket, exc)
-                if _fatal(exc) or isinstance(exc, asyncio.CancelledError):
-                    raise
-                if strategy.retry_on and isinstance(exc, strategy.retry_on):
-                    if attempt < strategy.max_attempts:
-                        continue
-                return core.failed(ticket, exc)
-            if not ok:
-                return await asyncio.to_thread(core.declined, ticket, value)
-            return await asyncio.to_thread(core.committed, ticket, value)
+        return await _drive_async(self._core, message)
 
 
-class IdempotentBatchListener:
+class IdempotentBatchListener(_Wrapped):
     """A batch listener (``fn(messages)`` or ``fn(messages, contexts)``) for the
     concurrent runner: the whole batch is claimed in one round trip where the strategy
     allows, the handler sees only the messages it owns, and those are committed together.
@@ -430,18 +482,6 @@ class IdempotentBatchListener:
     The handler is all-or-nothing: if it raises, every claim it held is released and the
     batch comes back (the duplicates in it are absorbed again, cheaply).
     """
-
-    def __init__(self, core: _Core) -> None:
-        self._core = core
-        functools.update_wrapper(self, core.fn)
-
-    @property
-    def strategy(self) -> Strategy:
-        return self._core.strategy
-
-    @property
-    def name(self) -> str:
-        return self._core.name
 
     def __call__(self, messages: Sequence[Message]) -> BatchResult:
         core = self._core
@@ -649,7 +689,7 @@ def guarded(
     group: str | None = None,
     name: str | None = None,
     pass_context: bool | None = None,
-) -> Callable[[Callable[..., Any]], IdempotentListener]:
+) -> Callable[[Callable[..., Any]], IdempotentListener | AsyncIdempotentListener]:
     """``@guarded(machine, entity=…, target=…, store=…)``: apply only allowed transitions.
 
     ``entity``/``target`` extract the entity id and target state (like ``key=``);
@@ -659,7 +699,9 @@ def guarded(
     ``Outcome.DROPPED`` (acked); ahead → ``Outcome.HELD`` (reconsume later) while
     ``message.reconsume_times < max_holds``, then ``after_holds`` (``"drop"`` or
     ``"reconsume"``). The handler's context carries ``ctx.transition``; with a SQL store,
-    ``ctx.connection`` writes in the state's transaction.
+    ``ctx.connection`` writes in the state's transaction. An ``async def`` handler is
+    awaited (``await listener(message)``); the state's load and save, like the
+    strategy's calls, run in the default executor.
     """
     guard = Guard(
         machine,
@@ -671,9 +713,7 @@ def guarded(
     )
     resolved = NoClaim() if strategy is None else _resolve_strategy(strategy)
 
-    def wrap(fn: Callable[..., Any]) -> IdempotentListener:
-        if inspect.iscoroutinefunction(fn):
-            raise TypeError("guarded wraps sync handlers only")
+    def wrap(fn: Callable[..., Any]) -> IdempotentListener | AsyncIdempotentListener:
         core = _Core(
             fn,
             key=key if key is not None else guard.key(),
@@ -688,6 +728,8 @@ def guarded(
             pass_context=pass_context,
             guard=guard,
         )
+        if inspect.iscoroutinefunction(fn):
+            return AsyncIdempotentListener(core)
         return IdempotentListener(core)
 
     return wrap

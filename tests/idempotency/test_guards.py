@@ -3,6 +3,7 @@ transitions with redeliveries, and the guard composed with every strategy."""
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import dataclasses
 import json
@@ -255,6 +256,105 @@ def test_guard_composes_with_every_strategy(
     assert outcomes[Outcome.PROCESSED] == len(originals)
     # a redelivery is absorbed by the claim (DUPLICATE) or by the guard (DROPPED)
     assert outcomes[Outcome.DROPPED] + outcomes[Outcome.DUPLICATE] == 40
+    if strategy is not None:
+        strategy.close()
+    store.close()
+
+
+async def _deliver_all_async(
+    handle: Callable[[Message], Any], stream: list[Message], tasks: int
+) -> collections.Counter[Outcome]:
+    """``_deliver_all`` for an ``async def`` listener: ``tasks`` concurrent deliveries on
+    one event loop; "reconsume later" goes back to the end of the queue. Bounded."""
+    queue = collections.deque(stream)
+    outcomes: collections.Counter[Outcome] = collections.Counter()
+    budget = [10 * len(stream)]
+
+    async def worker() -> None:
+        while queue and budget[0] > 0:  # no await between the check and the pop
+            budget[0] -= 1
+            m = queue.popleft()
+            result = await handle(m)
+            outcomes[result.outcome] += 1
+            if not ack_of(result):
+                queue.append(dataclasses.replace(m, reconsume_times=m.reconsume_times + 1))
+
+    await asyncio.gather(*(worker() for _ in range(tasks)))
+    assert not queue, f"{len(queue)} messages never acked"
+    return outcomes
+
+
+@pytest.mark.parametrize("kind,tasks", [("sqlite", 1), ("pg", 4)])
+def test_async_guarded_listener(
+    kind: str, tasks: int, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """``async def`` under @guarded: the same guard steps as the sync path, the state load
+    and save off the event loop. On PostgreSQL composed with a transactional unique-key
+    table (the state, the claim and the handler's row in one transaction); one handler
+    failure rolls back its transition, and the redelivery applies it once."""
+    url = (
+        f"sqlite:///{tmp_path / 'async.db'}"
+        if kind == "sqlite"
+        else request.getfixturevalue("postgres_server").url
+    )
+    suffix = uuid.uuid4().hex[:8]
+    store = SqlStateStore(url, table=f"async_orders_{suffix}")
+    log = _log_table(store.engine, f"async_applied_{suffix}")
+    strategy = (
+        UniqueKeyTable(url, table=f"async_dedup_{suffix}", transactional=True)
+        if kind == "pg"
+        else None
+    )
+    name = f"async-rides-{suffix}"
+    fail_once = {("a0003", "driver_departed")}
+    loop_threads: set[int] = set()
+
+    @guarded(
+        RIDE_HAILING_ORDER,
+        entity="json:order",
+        target="json:state",
+        store=store,
+        strategy=strategy,
+        max_holds=8,
+        name=name,
+    )
+    async def on_transition(message: Message, ctx: Context) -> None:
+        await asyncio.sleep(0)
+        loop_threads.add(threading.get_ident())
+        t = ctx.transition
+        assert t is not None
+        ctx.connection.execute(
+            sa.insert(log), {"entity": t.entity, "source": t.source, "target": t.target}
+        )
+        if (t.entity, t.target) in fail_once:
+            fail_once.discard((t.entity, t.target))
+            raise RuntimeError("downstream failed after the write")
+
+    rng = random.Random(11)
+    orders = [f"a{i:04d}" for i in range(100)]
+    originals = [order_msg(o, s) for o in orders for s in PATH]
+    redeliveries = rng.sample(originals, 120)
+    stream = originals + redeliveries
+    rng.shuffle(stream)
+
+    outcomes = asyncio.run(_deliver_all_async(on_transition, stream, tasks))
+
+    assert loop_threads == {threading.get_ident()}  # the handler ran on the loop's thread
+    assert fail_once == set()
+    assert store.states() == dict.fromkeys(orders, "arrived")
+    assert _applied(store.engine, log) == dict.fromkeys(orders, EXPECTED)  # failed one undone
+    assert outcomes[Outcome.PROCESSED] == len(originals)
+    assert outcomes[Outcome.FAILED] == 1
+    # a redelivery is absorbed by the claim (DUPLICATE) or by the guard (DROPPED)
+    assert outcomes[Outcome.DROPPED] + outcomes[Outcome.DUPLICATE] == len(redeliveries)
+    assert set(outcomes) <= {
+        Outcome.PROCESSED,
+        Outcome.DROPPED,
+        Outcome.DUPLICATE,
+        Outcome.HELD,
+        Outcome.FAILED,
+        Outcome.IN_PROGRESS,
+    }
     if strategy is not None:
         strategy.close()
     store.close()
