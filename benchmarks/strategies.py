@@ -2,6 +2,7 @@
 operations it needs, same server, same process, one run.
 
     python -m benchmarks strategies [--n 5000]
+    python -m benchmarks strategies --table-rows 1M,10M [--n 2000]
 
 Redis: ``RedisFlag`` (new key, duplicate, pipelined batch of 32) vs ``SET NX PX`` then
 ``SET XX EX`` with redis-py, and AWS Powertools' ``idempotent_function`` with its Redis
@@ -13,15 +14,21 @@ started on free loopback ports (``tests/servers.py``).
 from __future__ import annotations
 
 import argparse
+import hashlib
+import random
+import statistics
+import threading
 import time
 import uuid
+from collections import Counter
 from collections.abc import Callable
+from typing import Any
 
 import redis
 import sqlalchemy as sa
 
 from idemp import Message, idempotent
-from idemp.strategies import RedisFlag, UniqueKeyTable
+from idemp.strategies import Job, RedisFlag, UniqueKeyTable
 
 
 def per_msg_us(fn: Callable[[int], None], n: int) -> float:
@@ -168,10 +175,163 @@ def bench_postgres(url: str, n: int) -> dict[str, float]:
     return out
 
 
+def parse_rows(text: str) -> list[int]:
+    """``"1M,10M"`` → ``[1_000_000, 10_000_000]`` (suffixes K and M)."""
+    sizes = []
+    for part in text.split(","):
+        part = part.strip().upper()
+        scale = {"K": 1_000, "M": 1_000_000}.get(part[-1:], 1)
+        sizes.append(int(float(part.rstrip("KM")) * scale))
+    return sizes
+
+
+def _fill(engine: sa.Engine, table: sa.Table, rows: int, now: int) -> float:
+    """Fill the dedup table with ``rows`` CONSUMED records in one INSERT … SELECT from
+    generate_series (indexes dropped first and rebuilt after: much faster than
+    maintaining them row by row), then VACUUM ANALYZE. Keys are md5 hex strings, so new
+    keys land all over the primary-key B-tree as real business keys do. Every 10th row
+    has already expired (for the purge). Returns the seconds it took."""
+    start = time.perf_counter()
+    name = table.name
+    inspector = sa.inspect(engine)
+    pk = inspector.get_pk_constraint(name)["name"]
+    expiry_ix = [
+        ix["name"] for ix in inspector.get_indexes(name) if ix["column_names"] == ["expires_ms"]
+    ]
+    with engine.begin() as conn:
+        conn.exec_driver_sql("SET LOCAL maintenance_work_mem = '512MB'")
+        conn.exec_driver_sql(f"ALTER TABLE {name} DROP CONSTRAINT {pk}")
+        for ix in expiry_ix:
+            conn.exec_driver_sql(f"DROP INDEX {ix}")
+        conn.exec_driver_sql(
+            f"INSERT INTO {name} (namespace, business_key, status, owner, fingerprint, attempts,"
+            " deadline_ms, expires_ms, msg_id, created_ms, updated_ms)"
+            " SELECT 'bench', md5(i::text), 'CONSUMED', 'fill', NULL, 1, NULL,"
+            f" CASE WHEN mod(i, 10) = 0 THEN {now} - 1000 - i ELSE {now} + 86400000 + i END,"
+            f" NULL, {now}, {now} FROM generate_series(1, {rows}) AS i"
+        )
+        conn.exec_driver_sql(
+            f"ALTER TABLE {name} ADD CONSTRAINT {pk} PRIMARY KEY (namespace, business_key)"
+        )
+        for ix in expiry_ix:
+            conn.exec_driver_sql(f"CREATE INDEX {ix} ON {name} (expires_ms)")
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
+        conn.exec_driver_sql(f"VACUUM ANALYZE {name}")
+    return time.perf_counter() - start
+
+
+def _explain(engine: sa.Engine, strategy: UniqueKeyTable, job: Job) -> list[str]:
+    """The plan of the claim statement as sent (PostgreSQL's one-trip insert-or-read)."""
+    stmt = strategy._claim_one_trip
+    row = strategy._row(job, "explain", int(time.time() * 1000), "CONSUMING")
+    compiled = stmt.compile(dialect=engine.dialect)
+    with engine.connect() as conn:
+        plan = conn.exec_driver_sql(
+            "EXPLAIN (COSTS OFF) " + str(compiled), compiled.construct_params(row)
+        ).all()
+        conn.rollback()
+    return [line for (line,) in plan]
+
+
+def bench_table_rows(url: str, rows: int, n: int) -> dict[str, Any]:
+    """Claim cost (``UniqueKeyTable.begin``) on a table of ``rows`` records: new keys,
+    duplicates, the plan, and the purge's batches while claims run."""
+    engine = sa.create_engine(url)
+    run = uuid.uuid4().hex[:6]
+    strategy = UniqueKeyTable(url, table=f"rows_{rows}_{run}")
+    now = int(time.time() * 1000)
+    out: dict[str, Any] = {"rows": rows, "fill_s": _fill(engine, strategy.table, rows, now)}
+    hexes = [
+        hashlib.md5(str(i).encode()).hexdigest()
+        for i in range(1, rows + 1, max(1, rows // (3 * n)))
+    ]
+    live = [h for i, h in zip(range(1, rows + 1, max(1, rows // (3 * n))), hexes) if i % 10]
+    random.Random(1).shuffle(live)
+
+    def jobs(keys: list[str]) -> list[Job]:
+        return [Job("bench", k, Message("T", b"{}", keys=(k,), msg_id=k[:8])) for k in keys]
+
+    fresh = jobs([uuid.uuid4().hex for _ in range(3 * n + 200)])
+    dups = jobs(live[:n])
+
+    def claim(batch: list[Job]) -> tuple[float, Counter[str]]:
+        verdicts: Counter[str] = Counter()
+        start = time.perf_counter()
+        for job in batch:
+            verdicts[strategy.begin(job).verdict.name] += 1
+        return (time.perf_counter() - start) / len(batch) * 1e6, verdicts
+
+    claim(fresh[:200])  # warm up the pool and the statement cache
+    out["new_us"], v_new = claim(fresh[200 : 200 + n])
+    out["dup_us"], v_dup = claim(dups)
+    assert v_new == Counter(RUN=n) and v_dup == Counter(DUPLICATE=len(dups)), (v_new, v_dup)
+    out["plan"] = _explain(engine, strategy, fresh[0])
+
+    purger = UniqueKeyTable(url, table=strategy.table.name, create=False)
+    batches: list[float] = []
+    deleted = [0]
+    stop = threading.Event()
+
+    def purge() -> None:
+        while not stop.is_set():
+            start = time.perf_counter()
+            gone = purger.purge(batch_size=1000, max_batches=1)
+            batches.append(time.perf_counter() - start)
+            deleted[0] += gone
+            if gone == 0:
+                return
+
+    thread = threading.Thread(target=purge)
+    thread.start()
+    out["new_during_purge_us"], _ = claim(fresh[200 + n : 200 + 2 * n])
+    stop.set()
+    thread.join()
+    out["purge_batches"] = len(batches)
+    out["purge_rows"] = deleted[0]
+    out["purge_max_ms"] = max(batches) * 1000 if batches else 0.0
+    out["purge_median_ms"] = statistics.median(batches) * 1000 if batches else 0.0
+    purger.close()
+    with engine.begin() as conn:
+        conn.exec_driver_sql(f"DROP TABLE {strategy.table.name}")
+    strategy.close()
+    engine.dispose()
+    return out
+
+
+def main_table_rows(sizes: list[int], n: int) -> int:
+    from tests.servers import PostgresServer
+
+    print("UniqueKeyTable claim cost by table size (PostgreSQL, per claim, µs)")
+    with PostgresServer() as ps:
+        for rows in sizes:
+            r = bench_table_rows(ps.url, rows, n)
+            print(f"  {rows:>11,} rows  (filled + VACUUM ANALYZE in {r['fill_s']:.0f} s)")
+            print(f"    claim, new key            {r['new_us']:8.1f}")
+            print(f"    claim, duplicate          {r['dup_us']:8.1f}")
+            print(f"    claim, new, during purge  {r['new_during_purge_us']:8.1f}")
+            print(
+                f"    purge: {r['purge_batches']} batches of <=1000, {r['purge_rows']} rows,"
+                f" longest {r['purge_max_ms']:.1f} ms, median {r['purge_median_ms']:.1f} ms"
+            )
+            scans = [line.strip() for line in r["plan"] if "Scan" in line or "Conflict" in line]
+            print("    plan: " + "; ".join(scans))
+            if any("Seq Scan" in line for line in r["plan"]):
+                print("    WARNING: a sequential scan in the claim plan")
+                return 1
+    return 0
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks strategies")
     parser.add_argument("--n", type=int, default=5000, help="messages per measurement")
+    parser.add_argument(
+        "--table-rows",
+        default="",
+        help="e.g. 1M,10M: instead, claim cost of UniqueKeyTable at these table sizes",
+    )
     args = parser.parse_args(argv)
+    if args.table_rows:
+        return main_table_rows(parse_rows(args.table_rows), min(args.n, 2000))
     from tests.servers import PostgresServer, RedisServer
 
     def row(label: str, us: float, ratio: str = "") -> None:

@@ -532,35 +532,52 @@ class UniqueKeyTable(ClaimStrategy):
         self, *, batch_size: int = 1000, max_batches: int | None = None, now_ms: int | None = None
     ) -> int:
         """Delete expired rows, ``batch_size`` at a time, each batch its own short
-        transaction (locks only the rows it deletes). Returns how many were deleted."""
+        transaction (locks only the rows it deletes). Returns how many were deleted.
+
+        PostgreSQL and SQLite: one statement per batch, ``DELETE … WHERE (namespace,
+        business_key) IN (SELECT … WHERE expires_ms < :cutoff ORDER BY expires_ms LIMIT
+        :n)`` (the expiry index, then one primary-key probe per row). Others (MySQL allows
+        no LIMIT in such a subquery): select the batch's keys, then delete them. Either way
+        the outer ``expires_ms < :cutoff`` is checked again on the row deleted, so a record
+        claimed again meanwhile (a new expiry) is kept."""
         t = self.table
         cutoff = _now_ms() if now_ms is None else now_ms
+        oldest = (
+            sa.select(t.c.namespace, t.c.business_key)
+            .where(t.c.expires_ms < cutoff)
+            .order_by(t.c.expires_ms)
+            .limit(batch_size)
+        )
+        one_statement = self.dialect in ("postgresql", "sqlite")
         total = 0
         batches = 0
         while max_batches is None or batches < max_batches:
             try:
                 with self.engine.begin() as conn:
-                    victims = conn.execute(
-                        sa.select(t.c.namespace, t.c.business_key)
-                        .where(t.c.expires_ms < cutoff)
-                        .order_by(t.c.expires_ms)
-                        .limit(batch_size)
-                    ).all()
-                    if not victims:
-                        break
-                    deleted = conn.execute(
-                        sa.delete(t).where(
-                            t.c.expires_ms < cutoff,
-                            sa.tuple_(t.c.namespace, t.c.business_key).in_(
-                                [tuple(v) for v in victims]
-                            ),
-                        )
-                    ).rowcount
+                    if one_statement:
+                        keys = sa.tuple_(t.c.namespace, t.c.business_key)
+                        deleted = conn.execute(
+                            sa.delete(t).where(t.c.expires_ms < cutoff, keys.in_(oldest))
+                        ).rowcount
+                        found = deleted
+                    else:
+                        victims = conn.execute(oldest).all()
+                        found = len(victims)
+                        deleted = 0
+                        if victims:
+                            deleted = conn.execute(
+                                sa.delete(t).where(
+                                    t.c.expires_ms < cutoff,
+                                    sa.tuple_(t.c.namespace, t.c.business_key).in_(
+                                        [tuple(v) for v in victims]
+                                    ),
+                                )
+                            ).rowcount
             except SQLAlchemyError as exc:
                 raise StoreError(f"purge failed: {exc}") from exc
             total += deleted
             batches += 1
-            if len(victims) < batch_size:
+            if found < batch_size:
                 break
         return total
 
