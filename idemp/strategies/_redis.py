@@ -83,6 +83,17 @@ def describe(client: Any) -> str:
     return f"redis://{kwargs.get('host', '?')}:{kwargs.get('port', '?')}/{kwargs.get('db', 0)}"
 
 
+def slot_groups(client: Any, keys: Sequence[str], chunk: int) -> list[list[int]]:
+    """Indices of ``keys`` grouped so that one script call may take each group: at most
+    ``chunk`` keys, and on a cluster all of one hash slot (a script's keys must be)."""
+    if not is_cluster(client):
+        return [list(range(i, min(i + chunk, len(keys)))) for i in range(0, len(keys), chunk)]
+    by_slot: dict[int, list[int]] = {}
+    for i, key in enumerate(keys):
+        by_slot.setdefault(client.keyslot(key), []).append(i)
+    return [g[i : i + chunk] for g in by_slot.values() for i in range(0, len(g), chunk)]
+
+
 class LuaScript:
     """One Lua script, run by ``EVALSHA`` on ``client``; loaded where missing."""
 
@@ -123,6 +134,32 @@ class LuaScript:
             if isinstance(reply, Exception):
                 raise reply
         return replies
+
+    def per_key(
+        self,
+        keys: Sequence[str],
+        shared: Sequence[Any],
+        each: Sequence[Sequence[Any]],
+        chunk: int = 128,
+    ) -> list[Any]:
+        """Run a batch script (``KEYS`` = many keys, ``ARGV`` = ``shared`` then each key's
+        ``each[i]``, one reply per key) over ``keys``: one EVALSHA per group of at most
+        ``chunk`` keys (a script holds the server while it runs) that share a slot; on a
+        standalone server every key does. Replies come back in the order of ``keys``."""
+        groups = slot_groups(self.client, keys, chunk)
+        calls = []
+        for group in groups:
+            args = list(shared)
+            for i in group:
+                args.extend(each[i])
+            calls.append(([keys[i] for i in group], args))
+        if len(calls) == 1:
+            return list(self(*calls[0]))
+        out: list[Any] = [None] * len(keys)
+        for group, replies in zip(groups, self.many(calls)):
+            for i, reply in zip(group, replies):
+                out[i] = reply
+        return out
 
     def _pipelined(self, calls: Sequence[tuple[Sequence[str], Sequence[Any]]]) -> list[Any]:
         pipe = self.client.pipeline(transaction=False)

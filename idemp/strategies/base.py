@@ -110,15 +110,26 @@ class Record:
 
 
 _TOKENS = itertools.count(1)
-_PREFIX = os.urandom(6).hex()
+_PREFIX = ""
+
+
+def _new_prefix() -> None:
+    """A random per-process prefix and the pid, made again in a forked child (so no
+    ``getpid`` system call per token)."""
+    global _PREFIX
+    _PREFIX = f"{os.urandom(6).hex()}-{os.getpid()}-"
+
+
+_new_prefix()
+os.register_at_fork(after_in_child=_new_prefix)
 
 
 def new_token() -> str:
     """A unique owner token: a random per-process prefix, the pid and a counter.
 
     Cheaper than uuid4 on the hot path, and unique across processes and forks (the pid
-    differs; the counter makes it unique within one process)."""
-    return f"{_PREFIX}-{os.getpid()}-{next(_TOKENS)}"
+    and the random part differ; the counter makes it unique within one process)."""
+    return f"{_PREFIX}{next(_TOKENS)}"
 
 
 class Strategy(ABC):

@@ -33,56 +33,108 @@ from idemp.strategies.base import (
     verdict_of_existing,
 )
 
-# KEYS[1] record; ARGV: token, fingerprint, CONSUMING ttl ms, retention ms.
+# Each script's per-key logic is one Lua function; the single-key script calls it once,
+# the batch script once per key (all keys in one EVALSHA: one command to pack, send, run
+# and parse instead of one per key; on a cluster, one per slot).
+
+# claim(key, token, fingerprint, CONSUMING ttl ms, retention ms)
 # → 1 (claimed a new key, or already ours: a re-run of this very claim after a lost
 # reply), {old value} (took over past the deadline), or the stored value.
-CLAIM = """
-local v = redis.call('GET', KEYS[1])
-if not v then
-  redis.call('SET', KEYS[1], 'C|' .. ARGV[1] .. '|' .. ARGV[2] .. '|1', 'PX', ARGV[3])
-  return 1
-end
-if string.byte(v, 1) == 67 then
-  local mine = 'C|' .. ARGV[1] .. '|'
-  if string.sub(v, 1, #mine) == mine then return 1 end
-  if redis.call('PTTL', KEYS[1]) <= tonumber(ARGV[4]) then
-    local n = tonumber(string.match(v, '|(%d+)$')) or 1
-    redis.call('SET', KEYS[1], 'C|' .. ARGV[1] .. '|' .. ARGV[2] .. '|' .. (n + 1), 'PX', ARGV[3])
-    return {v}
+_CLAIM_FN = """
+local function claim(key, token, fp, ttl, retention)
+  local v = redis.call('GET', key)
+  if not v then
+    redis.call('SET', key, 'C|' .. token .. '|' .. fp .. '|1', 'PX', ttl)
+    return 1
   end
+  if string.byte(v, 1) == 67 then
+    local mine = 'C|' .. token .. '|'
+    if string.sub(v, 1, #mine) == mine then return 1 end
+    if redis.call('PTTL', key) <= retention then
+      local n = tonumber(string.match(v, '|(%d+)$')) or 1
+      redis.call('SET', key, 'C|' .. token .. '|' .. fp .. '|' .. (n + 1), 'PX', ttl)
+      return {v}
+    end
+  end
+  return v
 end
-return v
 """
 
-# KEYS[1]; ARGV: token, retention ms, fingerprint. Owner only: CONSUMING → CONSUMED.
-# A record lost with the server (restart without persistence) is written again, since
-# the effect happened. → 1 committed (or already), 0 the claim belongs to someone else.
-COMMIT = """
-local v = redis.call('GET', KEYS[1])
-local mine = 'C|' .. ARGV[1] .. '|'
-if v and string.sub(v, 1, #mine) == mine then
-  redis.call('SET', KEYS[1], 'D' .. string.sub(v, 2), 'PX', ARGV[2])
-  return 1
+# commit(key, token, fingerprint, retention ms). Owner only: CONSUMING → CONSUMED. A
+# record lost with the server (restart without persistence) is written again, since the
+# effect happened. → 1 committed (or already), 0 the claim belongs to someone else.
+_COMMIT_FN = """
+local function commit(key, token, fp, retention)
+  local v = redis.call('GET', key)
+  local mine = 'C|' .. token .. '|'
+  if v and string.sub(v, 1, #mine) == mine then
+    redis.call('SET', key, 'D' .. string.sub(v, 2), 'PX', retention)
+    return 1
+  end
+  if not v then
+    redis.call('SET', key, 'D|' .. token .. '|' .. fp .. '|1', 'PX', retention)
+    return 1
+  end
+  if string.sub(v, 1, #mine) == 'D' .. string.sub(mine, 2) then
+    return 1
+  end
+  return 0
 end
-if not v then
-  redis.call('SET', KEYS[1], 'D|' .. ARGV[1] .. '|' .. ARGV[3] .. '|1', 'PX', ARGV[2])
-  return 1
-end
-if string.sub(v, 1, #mine) == 'D' .. string.sub(mine, 2) then
-  return 1
-end
-return 0
 """
 
-# KEYS[1]; ARGV: token. Owner only: delete a CONSUMING record. → 1 released, 0 not ours.
-RELEASE = """
-local v = redis.call('GET', KEYS[1])
-local mine = 'C|' .. ARGV[1] .. '|'
-if v and string.sub(v, 1, #mine) == mine then
-  return redis.call('DEL', KEYS[1])
+# release(key, token). Owner only: delete a CONSUMING record. → 1 released, 0 not ours.
+_RELEASE_FN = """
+local function release(key, token)
+  local v = redis.call('GET', key)
+  local mine = 'C|' .. token .. '|'
+  if v and string.sub(v, 1, #mine) == mine then
+    return redis.call('DEL', key)
+  end
+  return 0
 end
-return 0
 """
+
+# Single key: KEYS[1]; ARGV: token, fingerprint, CONSUMING ttl ms, retention ms.
+CLAIM = _CLAIM_FN + "return claim(KEYS[1], ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4]))"
+# KEYS[1]; ARGV: token, retention ms, fingerprint.
+COMMIT = _COMMIT_FN + "return commit(KEYS[1], ARGV[1], ARGV[3], ARGV[2])"
+# KEYS[1]; ARGV: token.
+RELEASE = _RELEASE_FN + "return release(KEYS[1], ARGV[1])"
+
+# Batches: KEYS[1..n]; ARGV: the shared values, then the per-key ones → one reply per key.
+# ARGV: CONSUMING ttl ms, retention ms, then token, fingerprint per key.
+CLAIM_MANY = (
+    _CLAIM_FN
+    + """
+local out, retention = {}, tonumber(ARGV[2])
+for i = 1, #KEYS do
+  out[i] = claim(KEYS[i], ARGV[2 * i + 1], ARGV[2 * i + 2], ARGV[1], retention)
+end
+return out
+"""
+)
+# ARGV: retention ms, then token, fingerprint per key.
+COMMIT_MANY = (
+    _COMMIT_FN
+    + """
+local out = {}
+for i = 1, #KEYS do
+  out[i] = commit(KEYS[i], ARGV[2 * i], ARGV[2 * i + 1], ARGV[1])
+end
+return out
+"""
+)
+# ARGV: token per key.
+RELEASE_MANY = (
+    _RELEASE_FN
+    + """
+local out = {}
+for i = 1, #KEYS do
+  out[i] = release(KEYS[i], ARGV[i])
+end
+return out
+"""
+)
 
 
 def _parse(value: bytes) -> tuple[str, str, str | None, int]:
@@ -113,6 +165,9 @@ class RedisFlag(ClaimStrategy):
         self._claim = LuaScript(self.client, CLAIM)
         self._commit = LuaScript(self.client, COMMIT)
         self._release = LuaScript(self.client, RELEASE)
+        self._claim_many = LuaScript(self.client, CLAIM_MANY)
+        self._commit_many = LuaScript(self.client, COMMIT_MANY)
+        self._release_many = LuaScript(self.client, RELEASE_MANY)
         self._consuming_ttl = str(self.deadline_ms + self.retention_ms)
         self._retention = str(self.retention_ms)
 
@@ -150,15 +205,19 @@ class RedisFlag(ClaimStrategy):
 
     def begin_many(self, jobs: Sequence[Job]) -> list[Ticket]:
         tokens = [new_token() for _ in jobs]
-        calls = [
-            ((self.record_key(job.namespace, job.key),), self._args(job, token))
-            for job, token in zip(jobs, tokens)
-        ]
+        each = [(token, job.fingerprint or "") for job, token in zip(jobs, tokens)]
         try:
-            replies = self._claim.many(calls)
+            replies = self._claim_many.per_key(
+                self._names(jobs), (self._consuming_ttl, self._retention), each
+            )
         except RedisError as exc:
             raise StoreError(f"redis batch claim failed: {exc}") from exc
-        return [self._ticket(job, token, r) for job, token, r in zip(jobs, tokens, replies)]
+        ticket = self._ticket
+        return [ticket(job, token, r) for job, token, r in zip(jobs, tokens, replies)]
+
+    def _names(self, jobs: Sequence[Job]) -> list[str]:
+        prefix = self.prefix
+        return [f"{prefix}:{{{job.namespace}:{job.key}}}" for job in jobs]
 
     # -- commit / release -------------------------------------------------------------
     def commit(self, ticket: Ticket) -> None:
@@ -174,15 +233,11 @@ class RedisFlag(ClaimStrategy):
             raise ClaimLost(f"claim on {job.key!r} was taken over before commit")
 
     def commit_many(self, tickets: Sequence[Ticket]) -> None:
-        calls = [
-            (
-                (self.record_key(t.job.namespace, t.job.key),),
-                (t.token, self._retention, t.job.fingerprint or ""),
-            )
-            for t in tickets
-        ]
+        each = [(t.token, t.job.fingerprint or "") for t in tickets]
         try:
-            replies = self._commit.many(calls)
+            replies = self._commit_many.per_key(
+                self._names([t.job for t in tickets]), (self._retention,), each
+            )
         except RedisError as exc:
             raise StoreError(f"redis batch commit failed: {exc}") from exc
         lost = [t.job.key for t, r in zip(tickets, replies) if r != 1]
@@ -197,9 +252,10 @@ class RedisFlag(ClaimStrategy):
             raise StoreError(f"redis release failed: {exc}") from exc
 
     def abort_many(self, tickets: Sequence[Ticket], error: BaseException | None) -> None:
-        calls = [((self.record_key(t.job.namespace, t.job.key),), (t.token,)) for t in tickets]
         try:
-            self._release.many(calls)
+            self._release_many.per_key(
+                self._names([t.job for t in tickets]), (), [(t.token,) for t in tickets]
+            )
         except RedisError as exc:
             raise StoreError(f"redis batch release failed: {exc}") from exc
 

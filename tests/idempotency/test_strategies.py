@@ -281,3 +281,26 @@ def test_claiming_record_shape_on_redis(make_strategy: Maker):
     assert 28_000 < record.deadline_ms - int(time.time() * 1000) <= 30_000
     strategy.abort(ticket, None)
     assert strategy.get(NS, "r-1") is None
+
+
+def test_redis_batch_over_several_script_calls_and_after_a_script_flush(make_strategy: Maker):
+    """300 keys: more than one batch script call (128 keys each), with duplicates and a
+    key in progress among them, right after the server lost its scripts (as after a
+    restart): the batch scripts are loaded again and every key gets its own verdict."""
+    strategy, _ = make_strategy("redis")
+    keys = [f"m{i:03d}" for i in range(300)]
+    strategy.commit_many(strategy.begin_many([Job(NS, k, msg(k)) for k in keys[:100]]))
+    held = strategy.begin(Job(NS, keys[100], msg(keys[100])))
+    strategy.client.script_flush()
+
+    tickets = strategy.begin_many([Job(NS, k, msg(k)) for k in keys])
+
+    verdicts = [t.verdict for t in tickets]
+    assert verdicts == [Verdict.DUPLICATE] * 100 + [Verdict.IN_PROGRESS] + [Verdict.RUN] * 199
+    strategy.client.script_flush()
+    strategy.commit_many([t for t in tickets if t.verdict.runs])
+    for k in keys[101:]:
+        record = strategy.get(NS, k)
+        assert record is not None and record.status == CONSUMED
+    strategy.abort_many([held], None)
+    assert strategy.get(NS, keys[100]) is None
