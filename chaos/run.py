@@ -8,8 +8,10 @@ consumers SIGKILLed (and a replacement started), a consumer added and later remo
 (rebalance), the broker SIGKILLed and restarted on the same store and ports, Redis and
 PostgreSQL restarted. When every business message has taken effect (or the time bound
 is reached), the consumers stop and the verdict is read from the business tables:
-doubled effects, lost messages, per-key order violations. One line of figures; exit 0
-only when all three are 0 and every planned fault fired.
+doubled effects, lost messages, per-key order violations. Then the broker stops and the
+Spark reconciliation job reads what the run left (``chaos.reconcile``): a second verdict
+that must agree. One line of figures; exit 0 only when all are 0 and every planned
+fault fired.
 """
 
 from __future__ import annotations
@@ -151,6 +153,9 @@ class Figures:
     wall_s: float = 0.0
     counters: dict[str, int] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    # The reconciliation job's verdict over the same run (None: not run).
+    reconciled: dict[str, int] | None = None
+    reconcile_exit: int | None = None
 
     @property
     def ok(self) -> bool:
@@ -161,7 +166,19 @@ class Figures:
             and self.unexpected == 0
             and self.order_violations == 0
             and self.faults_pending == 0
+            and self.reconciliation_agrees
         )
+
+    @property
+    def reconciliation_agrees(self) -> bool:
+        """The report finds every planned key, none doubled, lost or stuck, and exits 0
+        (``True`` when the run was told not to reconcile)."""
+        if self.reconcile_exit is None:
+            return True
+        r = self.reconciled or {}
+        return (self.reconcile_exit == 0 and r.get("keys") == self.messages
+                and r.get("doubled", -1) == 0 and r.get("lost", -1) == 0
+                and r.get("stuck", -1) == 0 and r.get("effect_missing", -1) == 0)
 
     def line(self) -> str:
         return (
@@ -172,8 +189,17 @@ class Figures:
             f"postgres {self.postgres_restarts}, consumers added {self.added} removed "
             f"{self.removed}, effects {self.effects}, doubled {self.doubled}, lost {self.lost}, "
             f"unexpected {self.unexpected}, order violations {self.order_violations}, "
-            f"wall {self.wall_s:.1f}s (seed {self.seed})"
+            f"{self._reconciled_part()}wall {self.wall_s:.1f}s (seed {self.seed})"
         )
+
+    def _reconciled_part(self) -> str:
+        if self.reconcile_exit is None:
+            return ""
+        r = self.reconciled or {}
+        return (f"reconciliation (exit {self.reconcile_exit}): keys {r.get('keys')}, doubled "
+                f"{r.get('doubled')}, lost {r.get('lost')}, stuck {r.get('stuck')}, "
+                f"duplicate_absorbed {r.get('duplicate_absorbed')}, record_missing "
+                f"{r.get('record_missing')}, ")
 
 
 class Producers:
@@ -304,6 +330,7 @@ def run(
     workdir: Path,
     rate: float,
     say: Callable[[str], None] = print,
+    reconcile: bool = True,
 ) -> Figures:
     from idemp.broker.process import BrokerProcess
     from tests.servers import PostgresServer, RedisServer
@@ -419,6 +446,17 @@ def run(
         verdict(engine, plan, figures)
         engine.dispose()
         figures.counters, figures.absorbed = _counters(stats_dir)
+        if reconcile and figures.completed:
+            from chaos.reconcile import reconcile as run_reconciliation
+
+            broker.stop()  # the export reads the store's commit log
+            t0 = time.monotonic()
+            rec = run_reconciliation(workdir, broker.store, pg.url, redis.url)
+            figures.reconcile_exit, figures.reconciled = rec.exit_code, rec.counts
+            if rec.error:
+                figures.notes.append(f"reconciliation: {rec.error}")
+            say(f"  reconciled in {time.monotonic() - t0:.1f}s (Spark start included): "
+                f"{rec.report}")
     finally:
         for w in workers.values():
             w.kill()
@@ -447,6 +485,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rate", type=float, default=FULL_RATE,
                    help="send rate, messages/s (default %(default)s)")
     p.add_argument("--timeout", type=float, default=3600.0, help="bound on the whole run (s)")
+    p.add_argument("--no-reconcile", action="store_true",
+                   help="skip the Spark reconciliation of the run's data")
     p.add_argument("--workdir", type=Path, default=None,
                    help="keep logs and stores here (default: a temporary dir, kept on failure)")
     args = p.parse_args(argv)
@@ -454,7 +494,8 @@ def main(argv: list[str] | None = None) -> int:
     figures = run(args.messages, seed=args.seed, kills=args.kills,
                   broker_restarts=args.broker_restarts, redis_restarts=args.redis_restarts,
                   postgres_restarts=args.postgres_restarts, timeout_s=args.timeout, rate=args.rate,
-                  workdir=workdir, say=lambda s: print(s, flush=True))
+                  workdir=workdir, say=lambda s: print(s, flush=True),
+                  reconcile=not args.no_reconcile)
     print("  counters: " + ", ".join(f"{k} {v}" for k, v in figures.counters.items()))
     for note in figures.notes:
         print(f"  note: {note}")

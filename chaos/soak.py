@@ -1,11 +1,11 @@
-"""The soak run: ``python -m chaos.soak [--minutes 30] [--rate 200]`` (``make soak``).
+"""The soak run: ``python -m chaos.soak [--minutes 30] [--rate 100]`` (``make soak``).
 
 Steady produce/consume with the decorators on, for a bounded time, to catch what only
 shows over hours: memory that grows with the messages seen, file descriptors that leak,
 latency that creeps. idemp's broker, PostgreSQL and Redis run on free loopback ports; one
 consumer process (``chaos.soak_worker``) runs a concurrent runner (unique-key table on
 PostgreSQL, transactional, purged as it goes) and an orderly runner (Redis flag); the
-producer sends at a fixed rate (200 msg/s by default: steady, well below what the
+producer sends at a fixed rate (100 msg/s by default: steady, well below what the
 consumer can take), 1 % of the messages twice (same key, new msgId).
 
 Every window (10 s) the run samples the broker's and the consumer's RSS and open file
@@ -15,7 +15,7 @@ interpreter's arenas fill there. The rest is split in thirds and judged, first t
 against last:
 
 * RSS (broker, consumer): median of the last third ≤ median of the first + 16 MB
-  (~100 bytes kept per message would show in a 30-minute run at 200 msg/s);
+  (a leak of ~200 bytes per message would show in a 30-minute run at 100 msg/s);
 * file descriptors: the last third's maximum ≤ the first third's maximum + 4;
 * latency: median of the windows' p99 in the last third ≤ 2 × the first third's + 25 ms;
 * and, at the end, from the business table: every key applied exactly once, no stream
@@ -296,7 +296,7 @@ def run(minutes: float, *, rate: float, workdir: Path, window_s: float = 10.0,
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m chaos.soak", description=__doc__.split("\n\n")[0])
     p.add_argument("--minutes", type=float, default=30.0)
-    p.add_argument("--rate", type=float, default=200.0, help="messages/s over both topics")
+    p.add_argument("--rate", type=float, default=100.0, help="messages/s over both topics")
     p.add_argument("--window", type=float, default=10.0, help="sampling window, seconds")
     p.add_argument("--warmup", type=float, default=None, help="seconds excluded from judging")
     p.add_argument("--out", type=Path, default=None, help="write the windows as JSON lines")

@@ -51,3 +51,12 @@ def test_short_chaos_run_keeps_exactly_once_and_order(tmp_path: Path) -> None:
     assert figures.lost == 0
     assert figures.unexpected == 0
     assert figures.order_violations == 0
+    # The reconciliation job, over the broker's history, the dedup records, the effects
+    # and the offsets, agrees: every planned key, none doubled, lost or stuck.
+    r = figures.reconciled
+    assert figures.reconcile_exit == 0, figures.notes
+    assert r is not None
+    assert r["keys"] == figures.messages
+    assert (r["doubled"], r["lost"], r["stuck"], r["effect_missing"]) == (0, 0, 0, 0)
+    assert r["pending"] == 0  # every consumer stopped cleanly after the last effect
+    assert r["dead_lettered"] == 0
