@@ -51,6 +51,13 @@ class ProcessQueue:
             if off > self.max_offset:
                 self.max_offset = off
 
+    @property
+    def max_span(self) -> int:
+        """Offsets between the oldest and the newest cached message (Java's
+        ``getMaxSpan``): one slow message holds the committed offset back while
+        everything behind it is consumed; the span bounds what a restart redelivers."""
+        return self._offsets[-1] - self._offsets[0] if self._offsets else 0
+
     def lock_expired(self, expiry: float) -> bool:
         return time.monotonic() - self.last_lock_time > expiry
 

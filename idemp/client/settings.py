@@ -91,6 +91,7 @@ class ConsumerSettings:
     pull_threshold_for_queue: int = 1000  # cached messages per queue
     pull_threshold_size_for_queue_mb: int = 100
     pull_time_delay_when_flow_control: float = 0.05
+    consume_concurrently_max_span: int = 2000  # concurrent only: offsets cached, oldest→newest
     pull_time_delay_when_exception: float = 3.0
     suspend_timeout_ms: int = 15_000  # broker long-poll hold
     pull_timeout: float = 30.0

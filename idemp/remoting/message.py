@@ -39,7 +39,18 @@ def decode_properties(text: str) -> dict[str, str]:
     props: dict[str, str] = {}
     if not text:
         return props
-    for item in text.split(PROPERTY_SEPARATOR):
+    items = text.split(PROPERTY_SEPARATOR)
+    if not items[-1]:
+        items.pop()  # the trailing separator
+    try:  # the well-formed case in one C-level pass; anything odd takes the loop below
+        props = dict(item.split(NAME_VALUE_SEPARATOR, 1) for item in items)
+    except ValueError:
+        props = {}
+    else:
+        if "" not in props and all(props.values()):
+            return props
+        props = {}
+    for item in items:
         name, sep, value = item.partition(NAME_VALUE_SEPARATOR)
         if sep and name and value:
             props[name] = value
@@ -56,12 +67,7 @@ _IP_TEXT: dict[bytes, str] = {}  # a pull holds a handful of distinct hosts
 
 def _unpack_host(buf: bytes | memoryview, pos: int, v6: bool) -> tuple[Host, int]:
     size = 16 if v6 else 4
-    raw = bytes(buf[pos : pos + size])
-    ip = _IP_TEXT.get(raw)
-    if ip is None:
-        ip = str(ipaddress.ip_address(raw))
-        if len(_IP_TEXT) < 4096:
-            _IP_TEXT[raw] = ip
+    ip = _ip_text(bytes(buf[pos : pos + size]))
     (port,) = struct.unpack_from(">i", buf, pos + size)
     return (ip, port), pos + size + 4
 
@@ -115,7 +121,22 @@ class MessageExt:
 # Fixed part up to and including PreparedTransactionOffset, for IPv4 hosts.
 _HEAD = struct.Struct(">iiiiiqqiq")  # size magic crc queueId flag qoff phyoff sysflag born
 _TAIL_TS = struct.Struct(">q")
+_BYTE = struct.Struct(">b")
+_SHORT = struct.Struct(">h")
 _MID = struct.Struct(">iq")  # reconsumeTimes preparedTransactionOffset
+# Both hosts IPv4 (the common case): born host+port, store timestamp, store host+port,
+# reconsumeTimes, preparedTransactionOffset, body length in one unpack.
+_V4_MIDDLE = struct.Struct(">4siq4siiqi")
+_ANY_V6 = MessageSysFlag.BORNHOST_V6 | MessageSysFlag.STOREHOST_V6
+
+
+def _ip_text(raw: bytes) -> str:
+    ip = _IP_TEXT.get(raw)
+    if ip is None:
+        ip = str(ipaddress.ip_address(raw))
+        if len(_IP_TEXT) < 4096:
+            _IP_TEXT[raw] = ip
+    return ip
 
 
 def body_crc(body: bytes) -> int:
@@ -200,29 +221,36 @@ def decode_message(
             raise MessageFormatError(f"bad magic code {magic & 0xFFFFFFFF:#x} at {pos}")
         end = pos + size
         p = pos + _HEAD.size
-        born_host, p = _unpack_host(buf, p, bool(sys_flag & MessageSysFlag.BORNHOST_V6))
-        (store_ts,) = _TAIL_TS.unpack_from(buf, p)
-        p += 8
-        store_host, p = _unpack_host(buf, p, bool(sys_flag & MessageSysFlag.STOREHOST_V6))
-        reconsume, prepared = _MID.unpack_from(buf, p)
-        p += _MID.size
-        (body_len,) = struct.unpack_from(">i", buf, p)
-        p += 4
+        if not sys_flag & _ANY_V6:  # one unpack instead of seven: pulls are hot
+            (born_ip, born_port, store_ts, store_ip, store_port, reconsume, prepared,
+             body_len) = _V4_MIDDLE.unpack_from(buf, p)
+            born_host = (_ip_text(born_ip), born_port)
+            store_host = (_ip_text(store_ip), store_port)
+            p += _V4_MIDDLE.size
+        else:
+            born_host, p = _unpack_host(buf, p, bool(sys_flag & MessageSysFlag.BORNHOST_V6))
+            (store_ts,) = _TAIL_TS.unpack_from(buf, p)
+            p += 8
+            store_host, p = _unpack_host(buf, p, bool(sys_flag & MessageSysFlag.STOREHOST_V6))
+            reconsume, prepared = _MID.unpack_from(buf, p)
+            p += _MID.size
+            (body_len,) = struct.unpack_from(">i", buf, p)
+            p += 4
         if body_len < 0 or p + body_len > end:
             raise MessageFormatError(f"body length {body_len} out of range at {pos}")
         body = bytes(buf[p : p + body_len])
         p += body_len
-        (topic_len,) = struct.unpack_from(">b", buf, p)
+        (topic_len,) = _BYTE.unpack_from(buf, p)
         p += 1
         if topic_len < 0 or p + topic_len > end:
             raise MessageFormatError(f"topic length {topic_len} out of range at {pos}")
-        topic = bytes(buf[p : p + topic_len]).decode("utf-8")
+        topic = str(buf[p : p + topic_len], "utf-8")
         p += topic_len
-        (props_len,) = struct.unpack_from(">h", buf, p)
+        (props_len,) = _SHORT.unpack_from(buf, p)
         p += 2
         if props_len < 0 or p + props_len > end:
             raise MessageFormatError(f"properties length {props_len} out of range at {pos}")
-        props = decode_properties(bytes(buf[p : p + props_len]).decode("utf-8"))
+        props = decode_properties(str(buf[p : p + props_len], "utf-8"))
         p += props_len
     except struct.error as exc:
         raise MessageFormatError(f"truncated message record at {pos}: {exc}") from None

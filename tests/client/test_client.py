@@ -378,3 +378,59 @@ def test_broker_restart_mid_stream(make_broker: Callable[..., BrokerProcess]) ->
         r.shutdown()
         p.shutdown()
     assert set(sink.bodies()) == {f"{i}".encode() for i in range(40)}
+
+
+def test_concurrent_max_span_stops_pulling_past_a_stuck_message(
+    broker: BrokerProcess, producer: Producer
+) -> None:
+    """consumeConcurrentlyMaxSpan, as RocketMQ's ProcessQueue.getMaxSpan: the span is
+    newest − oldest of the messages still cached (not yet consumed). With message 0
+    stuck and the threads busy, pulling stops once that span passes the limit, although
+    the cached count (~60) is far below pull_threshold_for_queue (1000)."""
+    for i in range(400):
+        producer.send_orderly(OutMessage("TSPAN", str(i).encode()), "one-queue")
+    release = threading.Event()
+    seen: list[int] = []
+    lock = threading.Lock()
+
+    def listener(msg: Message) -> ConsumeResult:
+        with lock:
+            seen.append(msg.queue_offset)
+        if msg.queue_offset == 0 or msg.queue_offset >= 50:
+            release.wait(60)  # bounded: the test releases it below
+        return ConsumeResult.SUCCESS
+
+    r = runner(broker, "g-span", "TSPAN", listener, consume_concurrently_max_span=100,
+               pull_batch_size=10, consume_thread_count=4)
+    r.start()
+    try:
+        wait_for(lambda: len(seen) >= 53, 30, "offset 0 and three more stuck in the listener")
+        (pq,) = [q for q in r.consumer.process_queues.values() if q.max_offset >= 0]
+        wait_for(lambda: pq.max_span > 100, 30, "the cached span to pass the limit")
+        # An observation window: without the span check the runner pulls the remaining
+        # ~290 messages into its cache in well under a second here.
+        time.sleep(1.0)
+        pulled = pq.max_offset
+        release.set()
+        wait_for(lambda: len(seen) >= 400, 30, "every message after the release")
+    finally:
+        release.set()
+        r.shutdown()
+    # Pulls of 10 go on while newest cached − 0 ≤ 100, and stop at the first above it.
+    assert 101 <= pulled <= 110
+    assert sorted(seen) == list(range(400))
+
+
+def test_max_span_counts_cached_messages_only() -> None:
+    from idemp.client.processqueue import ProcessQueue
+    from idemp.remoting import MessageExt
+
+    pq = ProcessQueue()
+    assert pq.max_span == 0
+    msgs = [MessageExt(topic="T", body=b"x", queue_offset=o) for o in (5, 6, 7, 40)]
+    pq.put(msgs)
+    assert pq.max_span == 35
+    pq.remove(msgs[1:3])
+    assert pq.max_span == 35
+    pq.remove([msgs[3]])
+    assert pq.max_span == 0  # only the oldest left: RocketMQ pulls on, too
