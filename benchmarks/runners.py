@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -139,6 +140,13 @@ def main(argv: list[str]) -> int:
         default=32,
         help="idemp consume_batch_size (messages per thread hop / per lock)",
     )
+    ap.add_argument(
+        "--rounds",
+        type=int,
+        default=3,
+        help="idemp and official alternate this many times per runner; the median "
+        "ratio is reported (one round is at the mercy of whatever else the 2 cores do)",
+    )
     args = ap.parse_args(argv)
     from idemp.client import OutMessage, Producer
 
@@ -158,41 +166,51 @@ def main(argv: list[str]) -> int:
                     )
             print(f"sent {args.count} x {args.body_size} B in {time.monotonic() - t0:.1f}s")
             rows = []
-            for mode in ("orderly", "concurrent"):
-                orderly = mode == "orderly"
-                ours = _run_idemp(
-                    broker.namesrv_addr,
-                    topic,
-                    f"idemp-{mode}",
-                    orderly,
-                    args.count,
-                    args.threads,
-                    args.batch,
-                )
-                theirs = _run_official(
-                    broker.namesrv_addr,
-                    topic,
-                    f"official-{mode}",
-                    orderly,
-                    args.count,
-                    args.threads,
-                    tmp,
-                )
-                for r in (ours, theirs):
-                    if r["count"] < args.count:
-                        raise RuntimeError(f"{mode}: only {r['count']} of {args.count} consumed")
-                rate_o = ours["count"] / max(ours["seconds"], 1e-6)
-                rate_t = theirs["count"] / max(theirs["seconds"], 1e-6)
-                rows.append((mode, rate_o, rate_t))
+            for rnd in range(1, args.rounds + 1):
+                for mode in ("orderly", "concurrent"):
+                    orderly = mode == "orderly"
+                    ours = _run_idemp(
+                        broker.namesrv_addr,
+                        topic,
+                        f"idemp-{mode}-{rnd}",
+                        orderly,
+                        args.count,
+                        args.threads,
+                        args.batch,
+                    )
+                    theirs = _run_official(
+                        broker.namesrv_addr,
+                        topic,
+                        f"official-{mode}-{rnd}",
+                        orderly,
+                        args.count,
+                        args.threads,
+                        tmp,
+                    )
+                    for r in (ours, theirs):
+                        if r["count"] < args.count:
+                            raise RuntimeError(
+                                f"{mode}: only {r['count']} of {args.count} consumed"
+                            )
+                    rate_o = ours["count"] / max(ours["seconds"], 1e-6)
+                    rate_t = theirs["count"] / max(theirs["seconds"], 1e-6)
+                    rows.append((rnd, mode, rate_o, rate_t))
+                    print(f"round {rnd} {mode}: idemp {rate_o:,.0f} msg/s, official "
+                          f"{rate_t:,.0f} msg/s, ratio {rate_o / rate_t:.2f}", flush=True)
         finally:
             broker.stop()
     print(
         f"\n{args.count} messages of {args.body_size} B, {args.threads} threads, "
-        f"idemp batch {args.batch}, no-op listener, idemp's broker"
+        f"idemp batch {args.batch}, no-op listener, idemp's broker, {args.rounds} rounds, "
+        f"load average {os.getloadavg()[0]:.1f}"
     )
-    print(f"{'runner':<12}{'idemp msg/s':>14}{'official msg/s':>16}{'ratio':>8}")
-    for mode, ours_rate, theirs_rate in rows:
-        print(f"{mode:<12}{ours_rate:>14,.0f}{theirs_rate:>16,.0f}{ours_rate / theirs_rate:>8.2f}")
+    print(f"{'runner':<12}{'idemp msg/s':>14}{'official msg/s':>16}{'median ratio':>14}")
+    for mode in ("orderly", "concurrent"):
+        mine = [r for r in rows if r[1] == mode]
+        ours_rate = statistics.median(r[2] for r in mine)
+        theirs_rate = statistics.median(r[3] for r in mine)
+        ratio = statistics.median(r[2] / r[3] for r in mine)
+        print(f"{mode:<12}{ours_rate:>14,.0f}{theirs_rate:>16,.0f}{ratio:>14.2f}")
     return 0
 
 
