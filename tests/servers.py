@@ -21,6 +21,7 @@ import hashlib
 import importlib.util
 import os
 import pwd
+import random
 import shutil
 import signal
 import socket
@@ -239,6 +240,22 @@ class RedisServer(_ManagedServer):
         return self
 
 
+def _cluster_port() -> int:
+    """A free port P whose cluster-bus port P + 10000 is free too (redis 6.2 always uses
+    P + 10000 for the bus; an ephemeral port from the kernel may put it past 65535)."""
+    rng = random.Random()
+    for _ in range(200):
+        port = rng.randrange(10_000, 22_000)  # bus ports 20000-32000: below the ephemeral range
+        try:
+            for p in (port, port + 10_000):
+                with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+                    sock.bind((LOOPBACK, p))
+        except OSError:
+            continue
+        return port
+    raise ServerError("no free port pair (P, P + 10000) for a cluster node")
+
+
 class RedisClusterServer:
     """A Redis Cluster of ``masters`` redis-server processes (no replicas), built without
     ``redis-cli``: each node starts with ``--cluster-enabled yes``, gets an equal range of
@@ -261,6 +278,7 @@ class RedisClusterServer:
             workdir.mkdir()
             self.nodes.append(
                 RedisServer(
+                    port=_cluster_port(),
                     workdir=workdir,
                     executable=executable,
                     extra_args=[
