@@ -4,6 +4,7 @@ operations it needs, same server, same process, one run.
     python -m benchmarks strategies [--n 5000]
     python -m benchmarks strategies --table-rows 1M,10M [--n 2000]
 
+Every path runs in interleaved rounds (``interleaved``), median round reported.
 Redis: ``RedisFlag`` (new key, duplicate, pipelined batch of 32) vs ``SET NX PX`` then
 ``SET XX EX`` with redis-py, and AWS Powertools' ``idempotent_function`` with its Redis
 persistence layer on the same server (when ``aws-lambda-powertools`` is installed).
@@ -29,24 +30,29 @@ import sqlalchemy as sa
 from idemp import Message, idempotent
 from idemp.strategies import Job, RedisFlag, UniqueKeyTable
 
-
-def per_msg_us(fn: Callable[[int], None], n: int) -> float:
-    start = time.perf_counter()
-    fn(n)
-    return (time.perf_counter() - start) / n * 1e6
+Path = Callable[[int, int], None]  # (first message index, count)
 
 
-def bench_redis(url: str, n: int) -> dict[str, float]:
+def interleaved(paths: dict[str, Path], n: int, rounds: int) -> dict[str, float]:
+    """µs per message of each path: every path runs ``n / rounds`` messages per round,
+    round after round, and each path's median round is kept. On a shared machine a load
+    spike then falls on every path alike instead of on whichever ran during it, so the
+    ratios between paths hold better than the absolute figures. A path runs on messages
+    ``[r * per, (r + 1) * per)`` in round ``r``; a later path of the same round may use the
+    same messages (e.g. duplicates of the keys just processed)."""
+    per = n // rounds
+    samples: dict[str, list[float]] = {name: [] for name in paths}
+    for r in range(rounds):
+        for name, fn in paths.items():
+            start = time.perf_counter()
+            fn(r * per, per)
+            samples[name].append((time.perf_counter() - start) / per * 1e6)
+    return {name: statistics.median(v) for name, v in samples.items()}
+
+
+def bench_redis(url: str, n: int, rounds: int = 10) -> dict[str, float]:
     client = redis.Redis.from_url(url)
-    out: dict[str, float] = {}
     run = uuid.uuid4().hex[:6]
-
-    def raw(count: int) -> None:
-        for i in range(count):
-            k = f"raw:{run}:{i}"
-            client.set(k, b"1", nx=True, px=60_000)
-            client.set(k, b"2", xx=True, ex=604_800)
-
     strategy = RedisFlag(client)
     msgs = [Message("T", b"{}", keys=(f"k{i}",), msg_id=str(i)) for i in range(n)]
 
@@ -58,39 +64,50 @@ def bench_redis(url: str, n: int) -> dict[str, float]:
     def handle_batch(messages: list[Message]) -> None:
         return None
 
-    def new(count: int) -> None:
-        for m in msgs[:count]:
-            handle(m)
+    def raw(first: int, count: int) -> None:
+        for i in range(first, first + count):
+            k = f"raw:{run}:{i}"
+            client.set(k, b"1", nx=True, px=60_000)
+            client.set(k, b"2", xx=True, ex=604_800)
 
-    def batches(count: int) -> None:
-        for i in range(0, count, 32):
-            handle_batch(msgs[i : i + 32])
-
-    def raw_batches(count: int) -> None:
-        for i in range(0, count, 32):
+    def raw_batches(first: int, count: int) -> None:
+        for i in range(first, first + count, 32):
+            end = min(i + 32, first + count)
             pipe = client.pipeline(transaction=False)
-            for j in range(i, min(i + 32, count)):
+            for j in range(i, end):
                 pipe.set(f"rawb:{run}:{j}", b"1", nx=True, px=60_000)
             pipe.execute()
             pipe = client.pipeline(transaction=False)
-            for j in range(i, min(i + 32, count)):
+            for j in range(i, end):
                 pipe.set(f"rawb:{run}:{j}", b"2", xx=True, ex=604_800)
             pipe.execute()
 
-    raw(200)  # warm up connections and scripts
+    def new(first: int, count: int) -> None:
+        for m in msgs[first : first + count]:
+            handle(m)
+
+    def batches(first: int, count: int) -> None:
+        for i in range(first, first + count, 32):
+            handle_batch(msgs[i : min(i + 32, first + count)])
+
+    paths: dict[str, Path] = {
+        "raw_two_commands_us": raw,
+        "raw_batch32_us": raw_batches,
+        "idemp_new_key_us": new,
+        "idemp_duplicate_us": new,  # the keys the previous path just processed
+        "idemp_batch32_new_us": batches,
+    }
+    paths.update(powertools_paths(client, n, run))
+    raw(n, 200)  # warm up connections and scripts
     handle(Message("T", b"{}", keys=("warm",), msg_id="w"))
-    out["raw_two_commands_us"] = per_msg_us(raw, n)
-    out["raw_batch32_us"] = per_msg_us(raw_batches, n)
-    out["idemp_new_key_us"] = per_msg_us(new, n)
-    out["idemp_duplicate_us"] = per_msg_us(new, n)  # the same keys again
-    out["idemp_batch32_new_us"] = per_msg_us(batches, n)
-    out.update(bench_powertools(client, n, run))
+    handle_batch([Message("T", b"{}", keys=("warm",), msg_id="w")])
+    out = interleaved(paths, n, rounds)
     strategy.close()
     client.close()
     return out
 
 
-def bench_powertools(client: redis.Redis, n: int, run: str) -> dict[str, float]:
+def powertools_paths(client: redis.Redis, n: int, run: str) -> dict[str, Path]:
     """Powertools' idempotency utility (standalone ``idempotent_function``, Redis layer)."""
     try:
         from aws_lambda_powertools.utilities.idempotency import (
@@ -117,18 +134,15 @@ def bench_powertools(client: redis.Redis, n: int, run: str) -> dict[str, float]:
 
     orders = [{"key": f"pt{i}"} for i in range(n)]
 
-    def new(count: int) -> None:
-        for order in orders[:count]:
+    def new(first: int, count: int) -> None:
+        for order in orders[first : first + count]:
             handle(order=order)
 
     handle(order={"key": "warm"})
-    return {
-        "powertools_new_key_us": per_msg_us(new, n),
-        "powertools_duplicate_us": per_msg_us(new, n),
-    }
+    return {"powertools_new_key_us": new, "powertools_duplicate_us": new}
 
 
-def bench_postgres(url: str, n: int) -> dict[str, float]:
+def bench_postgres(url: str, n: int, rounds: int = 10) -> dict[str, float]:
     engine = sa.create_engine(url, isolation_level="AUTOCOMMIT")
     run = uuid.uuid4().hex[:6]
     strategy = UniqueKeyTable(url, table=f"bench_{run}")
@@ -147,28 +161,30 @@ def bench_postgres(url: str, n: int) -> dict[str, float]:
         .where(raw_table.c.business_key == sa.bindparam("k"))
         .values(status="CONSUMED")
     )
-    out: dict[str, float] = {}
     msgs = [Message("T", b"{}", keys=(f"k{i}",), msg_id=str(i)) for i in range(n)]
 
     @idempotent(key="keys", strategy=strategy, namespace="bench")
     def handle(message: Message) -> None:
         return None
 
-    with engine.connect() as conn:
+    conn = engine.connect()
 
-        def raw(count: int) -> None:
-            for i in range(count):
-                conn.execute(ins, {"namespace": "b", "business_key": f"k{i}", "status": "C"})
-                conn.execute(upd, {"ns": "b", "k": f"k{i}"})
+    def raw(first: int, count: int) -> None:
+        for i in range(first, first + count):
+            conn.execute(ins, {"namespace": "b", "business_key": f"k{i}", "status": "C"})
+            conn.execute(upd, {"ns": "b", "k": f"k{i}"})
 
-        out["raw_insert_update_us"] = per_msg_us(raw, n)
-
-    def new(count: int) -> None:
-        for m in msgs[:count]:
+    def new(first: int, count: int) -> None:
+        for m in msgs[first : first + count]:
             handle(m)
 
-    out["idemp_new_key_us"] = per_msg_us(new, n)
-    out["idemp_duplicate_us"] = per_msg_us(new, n)
+    handle(Message("T", b"{}", keys=("warm",), msg_id="w"))
+    out = interleaved(
+        {"raw_insert_update_us": raw, "idemp_new_key_us": new, "idemp_duplicate_us": new},
+        n,
+        rounds,
+    )
+    conn.close()
     strategy.close()
     engine.dispose()
     return out

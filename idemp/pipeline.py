@@ -366,8 +366,12 @@ class _Core:
         error: BaseException | None = None,
         takeover: bool = False,
         detail: str = "",
+        count: bool = True,
     ) -> Result:
-        _stats.incr(self.name, outcome.value)
+        """Count (unless the caller counts a whole batch at once), log, and build the
+        result of one message."""
+        if count:
+            _stats.incr(self.name, outcome.value)
         level = _LEVEL[outcome]
         if _stats.logger.isEnabledFor(level):
             _stats.log_event(
@@ -522,10 +526,11 @@ class IdempotentBatchListener(_Wrapped):
             tickets = core.strategy.begin_many(jobs)
         except StoreError as exc:
             return [core.store_error(job.message, job, exc) for job in jobs]
-        owned = [t for t in tickets if t.verdict.runs]
+        runs = [t.verdict.runs for t in tickets]
+        owned = [t for t, r in zip(tickets, runs) if r]
         out: dict[int, Result] = {}
         for n, ticket in enumerate(tickets):
-            if not ticket.verdict.runs:
+            if not runs[n]:
                 out[n] = core.not_run(ticket)
         if owned:
             batch = [t.job.message for t in owned]
@@ -554,7 +559,7 @@ class IdempotentBatchListener(_Wrapped):
                             detail="listener asked to reconsume",
                         )
                 return [out[n] for n in range(len(tickets))]
-            self._commit_all(tickets, owned, value, out)
+            self._commit_all(tickets, runs, owned, value, out)
         return [out[n] for n in range(len(tickets))]
 
     def _abort_all(self, owned: list[Ticket], error: BaseException | None) -> None:
@@ -565,7 +570,12 @@ class IdempotentBatchListener(_Wrapped):
             _stats.log_event(logging.ERROR, "release_failed", exc=exc, listener=self._core.name)
 
     def _commit_all(
-        self, tickets: list[Ticket], owned: list[Ticket], value: Any, out: dict[int, Result]
+        self,
+        tickets: list[Ticket],
+        runs: list[bool],
+        owned: list[Ticket],
+        value: Any,
+        out: dict[int, Result],
     ) -> None:
         core = self._core
         error: StoreError | None = None
@@ -573,12 +583,14 @@ class IdempotentBatchListener(_Wrapped):
             core.strategy.commit_many(owned)
         except StoreError as exc:
             error = exc
+        processed = 0  # counted once for the batch: one counter update, not one per message
+        done = core.done
         for n, ticket in enumerate(tickets):
-            if not ticket.verdict.runs:
+            if not runs[n]:
                 continue
             job = ticket.job
             if error is not None and ticket.atomic:
-                out[n] = core.done(
+                out[n] = done(
                     Outcome.STORE_ERROR, job.message, job, error=error, detail="commit failed"
                 )
                 continue
@@ -587,7 +599,12 @@ class IdempotentBatchListener(_Wrapped):
             takeover = ticket.verdict is Verdict.TAKEOVER
             if takeover:
                 _stats.incr(core.name, "takeovers")
-            out[n] = core.done(Outcome.PROCESSED, job.message, job, value=value, takeover=takeover)
+            processed += 1
+            out[n] = done(
+                Outcome.PROCESSED, job.message, job, value=value, takeover=takeover, count=False
+            )
+        if processed:
+            _stats.incr(core.name, Outcome.PROCESSED.value, processed)
         if error is not None and not any(t.atomic for t in owned):
             _stats.log_event(
                 logging.ERROR, "commit_failed", exc=error, listener=core.name, detail="batch acked"

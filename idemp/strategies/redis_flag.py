@@ -37,13 +37,17 @@ from idemp.strategies.base import (
 # the batch script once per key (all keys in one EVALSHA: one command to pack, send, run
 # and parse instead of one per key; on a cluster, one per slot).
 
-# claim(key, token, fingerprint, CONSUMING ttl ms, retention ms)
+# claim(key, token, fingerprint, CONSUMING ttl ms, retention ms): a new key is one SET NX;
+# otherwise the stored value decides.
 # → 1 (claimed a new key, or already ours: a re-run of this very claim after a lost
 # reply), {old value} (took over past the deadline), or the stored value.
 _CLAIM_FN = """
 local function claim(key, token, fp, ttl, retention)
+  if redis.call('SET', key, 'C|' .. token .. '|' .. fp .. '|1', 'NX', 'PX', ttl) then
+    return 1
+  end
   local v = redis.call('GET', key)
-  if not v then
+  if not v then  -- not reachable (a script sees no key expire), kept for safety
     redis.call('SET', key, 'C|' .. token .. '|' .. fp .. '|1', 'PX', ttl)
     return 1
   end
@@ -212,8 +216,13 @@ class RedisFlag(ClaimStrategy):
             )
         except RedisError as exc:
             raise StoreError(f"redis batch claim failed: {exc}") from exc
-        ticket = self._ticket
-        return [ticket(job, token, r) for job, token, r in zip(jobs, tokens, replies)]
+        out = []
+        for job, token, reply in zip(jobs, tokens, replies):
+            # The common answer inline (a new key); the others through _ticket.
+            out.append(
+                Ticket(job, Verdict.RUN, token) if reply == 1 else self._ticket(job, token, reply)
+            )
+        return out
 
     def _names(self, jobs: Sequence[Job]) -> list[str]:
         prefix = self.prefix
