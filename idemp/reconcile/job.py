@@ -185,59 +185,130 @@ def _count(cond: Column) -> Column:
     return F.sum(F.when(cond, 1).otherwise(0)).cast("bigint")
 
 
-def per_key_history(att: DataFrame) -> DataFrame:
-    """Counts per (namespace, key). Only fixed-width aggregates (sums, min/max of
-    longs, hashes instead of strings), so Spark uses a hash aggregate, not a sort."""
+def _flag(cond: Column) -> Column:
+    """1 where ``cond`` holds, else 0: summed per key, it counts the rows."""
+    from pyspark.sql import functions as F
+
+    return F.when(cond, F.lit(1)).otherwise(F.lit(0)).cast("int")
+
+
+# The per-key aggregate's inputs: every source is projected onto these columns (nulls
+# for another source's fields) and the three are aggregated in one pass, so the job
+# shuffles each row once and joins nothing per key (no sort-merge join, no broadcast
+# of a per-key table).
+_EVENT_COLUMNS: list[tuple[str, str]] = [
+    # history copies
+    ("h_rows", "int"), ("h_msg", "int"), ("h_retry", "int"), ("h_dlq", "int"),
+    ("h_sched_retry", "int"), ("h_sched_user", "int"), ("h_committed", "int"),
+    ("h_uncommitted", "int"), ("h_sha", "bigint"), ("h_ts", "bigint"),
+    # dedup records
+    ("r_rows", "int"), ("r_rank", "int"), ("r_deadline", "bigint"), ("r_expires", "bigint"),
+    ("r_fp", "bigint"), ("r_updated", "bigint"),
+    # business effects
+    ("e_rows", "int"),
+]
+
+
+def _events(values: dict[str, Column]) -> list[Column]:
+    from pyspark.sql import functions as F
+
+    return [
+        (values[name] if name in values else F.lit(None)).cast(typ).alias(name)
+        for name, typ in _EVENT_COLUMNS
+    ]
+
+
+def history_events(att: DataFrame) -> DataFrame:
+    """Attributed history rows as aggregate inputs (one row per copy and group)."""
     from pyspark.sql import functions as F
 
     role = F.col("role")
     is_msg = role == "message"
-    sha = F.xxhash64("body_sha256")
-    return att.groupBy("namespace", "key").agg(
-        _count(is_msg).alias("n_messages"),
-        _count(role == "retry").alias("n_retries"),
-        _count(role == "dlq").alias("n_dlq"),
-        _count(role == "sched_retry").alias("n_sched_retry"),
-        _count(role == "sched_user").alias("n_sched_user"),
-        _count(F.col("committed")).alias("n_committed"),
-        _count(F.col("uncommitted")).alias("n_uncommitted"),
-        F.min(F.when(is_msg, sha)).alias("sha_min"),
-        F.max(F.when(is_msg, sha)).alias("sha_max"),
-        F.min("store_timestamp").alias("first_ts"),
-        F.max("store_timestamp").alias("last_ts"),
-    )
+    # hashes instead of strings: fixed-width min/max keep the aggregate a hash aggregate
+    return att.select("namespace", "key", *_events({
+        "h_rows": F.lit(1),
+        "h_msg": _flag(is_msg),
+        "h_retry": _flag(role == "retry"),
+        "h_dlq": _flag(role == "dlq"),
+        "h_sched_retry": _flag(role == "sched_retry"),
+        "h_sched_user": _flag(role == "sched_user"),
+        "h_committed": _flag(F.col("committed")),
+        "h_uncommitted": _flag(F.col("uncommitted")),
+        "h_sha": F.when(is_msg, F.xxhash64("body_sha256")),
+        "h_ts": F.col("store_timestamp"),
+    }))
 
 
-STATUS_RANK = {CONSUMED: 2, CONSUMING: 1}
-
-
-def per_key_records(records: DataFrame) -> DataFrame:
-    """Records grouped by (namespace, key): a key with rows in several stores keeps
-    the most advanced status (CONSUMED over CONSUMING over anything else, which
-    reads as ``OTHER``). Fingerprints are compared through their hashes."""
+def record_events(records: DataFrame) -> DataFrame:
+    """Dedup records as aggregate inputs. A key with rows in several stores keeps the
+    most advanced status (CONSUMED over CONSUMING over anything else, ``OTHER``)."""
     from pyspark.sql import functions as F
 
     status = F.col("status")
-    rank = F.when(status == CONSUMED, 2).when(status == CONSUMING, 1).otherwise(0)
-    fp = F.when(F.col("fingerprint").isNotNull(), F.xxhash64("fingerprint"))
-    agg = (
-        records.where(F.col("key").isNotNull())
-        .groupBy("namespace", "key")
-        .agg(
-            F.count(F.lit(1)).alias("n_records"),
-            F.max(rank).alias("status_rank"),
-            F.max("deadline_ms").alias("deadline_ms"),
-            F.max("expires_ms").alias("expires_ms"),
-            F.min(fp).alias("fp_min"),
-            F.max(fp).alias("fp_max"),
-            F.max("updated_ms").alias("updated_ms"),
-        )
+    return records.where(F.col("key").isNotNull()).select("namespace", "key", *_events({
+        "r_rows": F.lit(1),
+        "r_rank": F.when(status == CONSUMED, 2).when(status == CONSUMING, 1).otherwise(0),
+        "r_deadline": F.col("deadline_ms"),
+        "r_expires": F.col("expires_ms"),
+        "r_fp": F.when(F.col("fingerprint").isNotNull(), F.xxhash64("fingerprint")),
+        "r_updated": F.col("updated_ms"),
+    }))
+
+
+def effect_events(effects: DataFrame) -> DataFrame:
+    from pyspark.sql import functions as F
+
+    return effects.where(F.col("key").isNotNull()).select(
+        "namespace", "key", *_events({"e_rows": F.lit(1)})
     )
-    r = F.col("status_rank")
-    return agg.withColumn(
-        "status",
-        F.when(r == 2, F.lit(CONSUMED)).when(r == 1, F.lit(CONSUMING)).otherwise(F.lit("OTHER")),
-    ).drop("status_rank")
+
+
+def per_key(
+    att: DataFrame, records: DataFrame, effects: DataFrame | None
+) -> DataFrame:
+    """Counts per (namespace, key) from all three sources in one aggregation.
+
+    Only fixed-width aggregates (sums, min/max of longs), so Spark uses a hash
+    aggregate, not a sort. A key known only from effect rows is dropped (effects are
+    counted for keys with copies or records, as a left join would).
+    """
+    from pyspark.sql import functions as F
+
+    events = history_events(att).unionByName(record_events(records))
+    if effects is not None:
+        events = events.unionByName(effect_events(effects))
+    c = F.col
+    agg = events.groupBy("namespace", "key").agg(
+        F.sum("h_rows").alias("h_rows"),
+        F.sum("h_msg").alias("n_messages"),
+        F.sum("h_retry").alias("n_retries"),
+        F.sum("h_dlq").alias("n_dlq"),
+        F.sum("h_sched_retry").alias("n_sched_retry"),
+        F.sum("h_sched_user").alias("n_sched_user"),
+        F.sum("h_committed").alias("n_committed"),
+        F.sum("h_uncommitted").alias("n_uncommitted"),
+        F.min("h_sha").alias("sha_min"),
+        F.max("h_sha").alias("sha_max"),
+        F.min("h_ts").alias("first_ts"),
+        F.max("h_ts").alias("last_ts"),
+        F.sum("r_rows").alias("n_records"),
+        F.max("r_rank").alias("status_rank"),
+        F.max("r_deadline").alias("deadline_ms"),
+        F.max("r_expires").alias("expires_ms"),
+        F.min("r_fp").alias("fp_min"),
+        F.max("r_fp").alias("fp_max"),
+        F.max("r_updated").alias("updated_ms"),
+        F.sum("e_rows").alias("n_effects"),
+    )
+    r = c("status_rank")
+    status = (
+        F.when(r == 2, F.lit(CONSUMED)).when(r == 1, F.lit(CONSUMING)).when(r == 0, F.lit("OTHER"))
+    )
+    return (
+        agg.where(c("h_rows").isNotNull() | c("n_records").isNotNull())
+        .withColumn("status", status)
+        .drop("status_rank", "h_rows")
+    )
 
 
 def classify(
@@ -257,16 +328,7 @@ def classify(
 
     subs = subscriptions_df(spark, cfg)
     att = attributed_history(history, subs, offsets, cfg)
-    hk = per_key_history(att)
-    rk = per_key_records(records)
-    joined = hk.join(rk, ["namespace", "key"], "full_outer")
-    if effects is not None:
-        ek = effects.where(F.col("key").isNotNull()).groupBy("namespace", "key").agg(
-            F.count(F.lit(1)).alias("n_effects")
-        )
-        joined = joined.join(ek, ["namespace", "key"], "left")
-    else:
-        joined = joined.withColumn("n_effects", F.lit(None).cast("bigint"))
+    joined = per_key(att, records, effects)
     s = F.broadcast(
         subs.select(
             F.col("namespace").alias("s_ns"),

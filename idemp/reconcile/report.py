@@ -154,15 +154,24 @@ def run(
     bar = Progress(spark, 4, enabled=progress)
     started = time.monotonic()
     try:
+        # One pass over the inputs: every key classified and written once; the other
+        # outputs are read back from that Parquet (only the columns they need), so no
+        # per-key work is repeated and nothing per key reaches the driver.
         with bar.step("classify keys"):
-            classify(spark, history, records, effects, offsets, cfg).write.mode(
-                "overwrite"
-            ).parquet(str(out / "keys"))
-        keys = spark.read.parquet(str(out / "keys"))
+            classified = classify(spark, history, records, effects, offsets, cfg)
+            classified.write.mode("overwrite").parquet(str(out / "keys"))
+        # the schema is known: reading back needs no footer-reading job
+        keys = spark.read.schema(classified.schema).parquet(str(out / "keys"))
         with bar.step("totals"):
-            tot = totals(keys).orderBy("group", "topic", "day")
-            tot.coalesce(1).write.mode("overwrite").parquet(str(out / "totals"))
-            total_rows = [r.asDict() for r in spark.read.parquet(str(out / "totals")).collect()]
+            tot = totals(keys)
+            total_rows = sorted(
+                (r.asDict() for r in tot.collect()),  # one row per (group, topic, day)
+                key=lambda r: (r["group"] is not None, r["group"] or "", r["topic"] or "",
+                               r["day"] is not None, r["day"] or ""),
+            )
+            spark.createDataFrame(
+                [tuple(r[f] for f in tot.columns) for r in total_rows], tot.schema
+            ).coalesce(1).write.mode("overwrite").parquet(str(out / "totals"))
         with bar.step("discrepancies"):
             discrepancies(keys).write.mode("overwrite").partitionBy("discrepancy").parquet(
                 str(out / "discrepancies")
@@ -189,16 +198,20 @@ def _samples(
     out: dict[str, list[dict[str, Any]]] = {}
     if not present:
         return out
+    from functools import reduce
+
     df = spark.read.parquet(str(disc))
-    for name in present:
-        rows = (
-            df.where(F.col("discrepancy") == name)
-            .select(*SAMPLE_COLUMNS)
-            .limit(SAMPLE_ROWS)
-            .collect()
-        )
-        out[name] = [r.asDict() for r in rows]
-    return out
+    # one job for every class: the directory of each class is pruned by its partition
+    per_class = [
+        df.where(F.col("discrepancy") == name)
+        .select(F.col("discrepancy").alias("_class"), *SAMPLE_COLUMNS)
+        .limit(SAMPLE_ROWS)
+        for name in present
+    ]
+    for row in reduce(lambda a, b: a.unionByName(b), per_class).collect():
+        d = row.asDict()
+        out.setdefault(d.pop("_class"), []).append(d)
+    return {name: out.get(name, []) for name in present}
 
 
 def build_summary(
