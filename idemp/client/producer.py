@@ -184,8 +184,11 @@ class AsyncProducer:
         result.msg_id = uniq
         return result
 
-    async def send_batch(self, msgs: Sequence[OutMessage]) -> SendResult:
-        """One request, one queue; every message gets its own UNIQ_KEY."""
+    async def send_batch(
+        self, msgs: Sequence[OutMessage], queue: MessageQueue | None = None
+    ) -> SendResult:
+        """One request, one queue (``queue``, or round robin); every message gets its own
+        UNIQ_KEY. A fixed queue keeps the batch's order within that queue (orderly)."""
         if not msgs:
             raise ValueError("an empty batch")
         topic = msgs[0].topic
@@ -215,7 +218,9 @@ class AsyncProducer:
             "k": "false",
             "m": "true",
         }
-        result = await self._send_with_retry(topic, RequestCode.SEND_BATCH_MESSAGE, ext, body, None)
+        result = await self._send_with_retry(
+            topic, RequestCode.SEND_BATCH_MESSAGE, ext, body, queue
+        )
         result.msg_id = ",".join(ids)
         return result
 
@@ -383,9 +388,16 @@ class Producer:
         result: SendResult = self._call(self._core().send(msg, sharding_key=sharding_key))
         return result
 
-    def send_batch(self, msgs: Sequence[OutMessage]) -> SendResult:
-        result: SendResult = self._call(self._core().send_batch(msgs))
+    def send_batch(
+        self, msgs: Sequence[OutMessage], queue: MessageQueue | None = None
+    ) -> SendResult:
+        result: SendResult = self._call(self._core().send_batch(msgs, queue))
         return result
+
+    def publish_queues(self, topic: str) -> list[MessageQueue]:
+        """The topic's writable queues (for ``send_batch(msgs, queue)`` by sharding key)."""
+        queues: list[MessageQueue] = self._call(self._core().publish_queues(topic))
+        return queues
 
     def send_in_transaction(self, msg: OutMessage, local: LocalTransaction) -> SendResult:
         """Half message, then ``local(msg, result)`` in this thread, then commit/rollback."""
