@@ -5,8 +5,10 @@ lost them.
 Cluster: ``redis+cluster://host:port[,host:port…]`` (``rediss+cluster://`` for TLS) builds
 a ``redis.cluster.RedisCluster`` from seed nodes; so does passing one. Every script here
 touches only keys that share one hash tag (``{namespace:key}``), so each call runs on the
-single node that owns that slot, and a pipelined batch is grouped per node by redis-py's
-cluster pipeline (one round trip per node, MOVED/ASK followed).
+single node that owns that slot. A batch script (many keys in one call) takes one group
+of keys per slot there; the calls are pipelined and grouped per node by redis-py's
+cluster pipeline (one round trip per node, MOVED/ASK followed). On a standalone server
+a batch is one call.
 
 Why not redis-py's ``Script`` objects: inside a pipeline they add a ``SCRIPT EXISTS`` round
 trip to every ``execute()``, and on a cluster a NOSCRIPT from one node must not re-run

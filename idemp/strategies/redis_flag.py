@@ -1,7 +1,8 @@
 """Redis flag with TTL: CONSUMING with a processing deadline, then CONSUMED for the
 retention period. One Lua round trip per claim, whatever the answer (new, duplicate,
-in progress, taken over), and one per commit or release; batches are pipelined (per
-node on Redis Cluster: see ``_redis``).
+in progress, taken over), and one per commit or release. A batch is one script call for
+all its keys (``LuaScript.per_key``); on Redis Cluster one per hash slot, pipelined per
+node (see ``_redis``).
 
 Record: one string key ``<prefix>:{<namespace>:<key>}`` (a hash tag, so a key's records
 stay in one Redis Cluster slot) holding ``<C|D>|<owner token>|<fingerprint>|<attempts>``.
