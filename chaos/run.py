@@ -474,7 +474,14 @@ FULL = {"messages": 100_000, "kills": 12, "broker_restarts": 3, "redis_restarts"
 FULL_RATE = 200.0
 
 
+def exit_on_sigterm() -> None:
+    """A SIGTERM (``kill``, a CI timeout) unwinds like Ctrl-C, so the servers and
+    processes the run started are stopped by its ``finally`` blocks, not orphaned."""
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+
+
 def main(argv: list[str] | None = None) -> int:
+    exit_on_sigterm()
     p = argparse.ArgumentParser(prog="python -m chaos", description=__doc__.split("\n\n")[0])
     p.add_argument("--messages", type=int, default=FULL["messages"])
     p.add_argument("--seed", type=int, default=7, help="replays the same plan and faults")

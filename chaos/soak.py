@@ -46,7 +46,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from chaos.app import EFFECTS, create_schema
-from chaos.run import Worker
+from chaos.run import Worker, exit_on_sigterm
 from chaos.soak_worker import PAY_TOPIC, SEQ_TOPIC, open_fds, rss_kb
 
 RSS_BOUND_MB = 16.0
@@ -322,6 +322,7 @@ def run(minutes: float, *, rate: float, workdir: Path, window_s: float = 10.0,
 
 
 def main(argv: list[str] | None = None) -> int:
+    exit_on_sigterm()
     p = argparse.ArgumentParser(prog="python -m chaos.soak", description=__doc__.split("\n\n")[0])
     p.add_argument("--minutes", type=float, default=30.0)
     p.add_argument("--rate", type=float, default=100.0, help="messages/s over both topics")
