@@ -28,6 +28,7 @@ DISPATCH_TOPIC = "RideDispatchEvents"  # concurrent
 TRIPS_TOPIC = "RideTripEvents"  # orderly, sharding key = order id
 DISPATCH_GROUP = "ride-dispatch"
 TRIPS_GROUP = "ride-trips"
+DISPATCH_CACHED = 64  # pull_threshold_for_queue of the concurrent runner (see below)
 
 
 @dataclass(frozen=True)
@@ -122,22 +123,22 @@ class Consumers:
         self.pid = os.getpid()
         self.poison_attempts = 0
         self._lock = threading.Lock()
-        table, pid = self.table, self.pid
+        pid = self.pid
+        insert = self.table.insert()  # built once: building it per call cost ~5 % CPU
 
         def apply(message: Message, ctx: Any) -> None:
             event = json.loads(message.body)
             fare_cents = round(float(event["fare"]) * 100)  # the poison message fails here
-            ctx.connection.execute(
-                table.insert().values(
-                    event_key=message.key,
-                    order_id=event["order"],
-                    state=event["state"],
-                    topic=message.topic,
-                    msg_id=message.msg_id,
-                    pid=pid,
-                    fare_cents=fare_cents,
-                )
-            )
+            row = {
+                "event_key": message.key,
+                "order_id": event["order"],
+                "state": event["state"],
+                "topic": message.topic,
+                "msg_id": message.msg_id,
+                "pid": pid,
+                "fare_cents": fare_cents,
+            }
+            ctx.connection.execute(insert, row)
 
         def listener(group: str, name: str) -> Any:
             wrapped = guarded(
@@ -171,8 +172,10 @@ class Consumers:
             persist_offset_interval=1.0,
         )
 
-        def settings(group: str, batch: int, max_reconsume: int) -> ConsumerSettings:
+        def settings(group: str, batch: int, max_reconsume: int,
+                     cached: int = 1000) -> ConsumerSettings:
             return ConsumerSettings(
+                pull_threshold_for_queue=cached,
                 max_reconsume_times=max_reconsume,
                 group=group,
                 consume_from=ConsumeFrom.FIRST_OFFSET,
@@ -185,7 +188,11 @@ class Consumers:
 
         self.dispatch = ConcurrentRunner(
             listener(names.dispatch_group, "dispatch"),
-            settings=settings(names.dispatch_group, 8, 16),  # the poison: DLQ after 16
+            # The poison: DLQ after 16. Few messages cached per queue: a retried message
+            # (the poison, a held transition) queues behind every cached one. With the
+            # default 1,000 per queue the poison's 17 deliveries outlasted the rest of the
+            # consumption by ~11 s at 10,000 orders; with 64 they end before it.
+            settings=settings(names.dispatch_group, 8, 16, cached=DISPATCH_CACHED),
             client=client,
         )
         self.dispatch.subscribe(names.dispatch_topic)
