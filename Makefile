@@ -12,6 +12,9 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 EXTRAS := rocketmq,postgres,spark,test
+JDBC_DIR   := .cache/jdbc
+JDBC_STAMP := $(JDBC_DIR)/.stamp
+JDBC_DEBS  := libpostgresql-jdbc-java libxerial-sqlite-jdbc-java libxerial-sqlite-jdbc-jni
 
 # The one pytest invocation; add options with `make test PYTEST_ARGS='-k redis -x'`
 # or replace it wholesale with `make test PYTEST='...'`.
@@ -72,8 +75,23 @@ lint: $(STAMP) $(COMPOSE_STAMP)
 	for f in $(COMPOSE_FILES); do $(COMPOSE_VENV)/bin/docker-compose -f $$f config -q; done
 	$(BIN)/python docker/check_compose.py $(COMPOSE_FILES)
 
-test: $(STAMP) check-java lint
+test: $(STAMP) check-java lint $(JDBC_STAMP)
 	$(PYTEST)
+
+# JDBC drivers for `idemp reconcile --records jdbc:…` and its test: Debian's PostgreSQL
+# and SQLite jars (+ the SQLite driver's JNI library), unpacked here, not installed
+# (no Maven Central on these machines). Fails loudly when apt cannot fetch them.
+$(JDBC_STAMP):
+	rm -rf $(JDBC_DIR) $(JDBC_DIR).tmp && mkdir -p $(JDBC_DIR).tmp/deb
+	cd $(JDBC_DIR).tmp/deb && apt-get download $(JDBC_DEBS) || { \
+	  echo "error: apt-get download $(JDBC_DEBS) failed (try apt-get update)" >&2; exit 1; }
+	for deb in $(JDBC_DIR).tmp/deb/*.deb; do dpkg-deb -x "$$deb" $(JDBC_DIR).tmp/root; done
+	mkdir -p $(JDBC_DIR)
+	cp -L $(JDBC_DIR).tmp/root/usr/share/java/postgresql.jar \
+	  $(JDBC_DIR).tmp/root/usr/share/java/xerial-sqlite-jdbc.jar \
+	  "$$(find $(JDBC_DIR).tmp/root -name libsqlitejdbc.so | head -n 1)" $(JDBC_DIR)/
+	rm -rf $(JDBC_DIR).tmp
+	touch $@
 
 demo: $(STAMP)
 	$(BIN)/python -m idemp demo

@@ -20,12 +20,15 @@ from .loaders import (
     InputError,
     export_redis,
     export_sql_table,
+    is_jdbc,
     load_effects,
     load_history,
+    load_jdbc_records,
     load_offsets,
     load_redis_records,
     map_records,
     read_table,
+    redact,
 )
 from .schemas import DEFAULT_FAIL_ON, DISCREPANCY_CLASSES
 
@@ -38,7 +41,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="message history: Parquet or JSON lines (file or directory); repeatable")
     p.add_argument("--records", action="append", default=[],
                    help="dedup records: a unique-key table export, or a Redis flag export "
-                        "(told apart by their columns); repeatable")
+                        "(told apart by their columns), or the unique-key table over JDBC: "
+                        "jdbc:URL[#TABLE] (table default idemp_dedup; needs --jdbc-jars); "
+                        "repeatable")
+    p.add_argument("--jdbc-jars", action="append", default=[], metavar="JAR_OR_DIR",
+                   help="JDBC driver jars (or a directory of them) for jdbc: records; "
+                        "repeatable")
     p.add_argument("--offsets", help="consumerOffset.json (RocketMQ's or idemp's broker's), "
                    "or a live broker: broker://HOST:PORT?group=G&topic=T")
     p.add_argument("--out", help="output directory")
@@ -107,7 +115,10 @@ def thresholds(items: list[str]) -> dict[str, int]:
 def load_records(
     spark: SparkSession, path: str, namespaces: list[str], args: argparse.Namespace
 ) -> DataFrame:
-    """A unique-key table export or a Redis flag export, told apart by columns."""
+    """A unique-key table (exported, or over JDBC) or a Redis flag export, told
+    apart by their columns."""
+    if is_jdbc(path):
+        return load_jdbc_records(spark, path)
     probe = read_table(spark, "records", path, [], [], allow_empty=True)
     if {"redis_key", "value", "pttl_ms"} <= set(probe.columns):
         return load_redis_records(spark, path, namespaces, prefix=args.redis_prefix,
@@ -154,13 +165,15 @@ def reconcile(args: argparse.Namespace) -> int:
             fingerprint=args.fingerprint,
             effect_namespaces=frozenset(e.namespace or namespaces[0] for e in effect_sources),
         )
-        spark = get_session(args.master, args.shuffle_partitions, conf)
+        spark = get_session(args.master, args.shuffle_partitions, conf,
+                            jdbc_jars=args.jdbc_jars)
         history = _union([load_history(spark, h, need=cfg.history_columns())
                           for h in args.history])
         records = _union([load_records(spark, r, namespaces, args) for r in args.records])
         effects = _union([load_effects(spark, e, e.namespace or namespaces[0])
                           for e in effect_sources]) if effect_sources else None
-        inputs: dict[str, Any] = {"history": args.history, "records": args.records,
+        inputs: dict[str, Any] = {"history": args.history,
+                                  "records": [redact(r) for r in args.records],
                                   "offsets": args.offsets, "effects": args.effects}
         outcome = report.run(spark, history, records, effects, offsets.to_spark(spark), cfg,
                              out, fail_on=fail_on, inputs=inputs,

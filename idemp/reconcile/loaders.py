@@ -318,7 +318,7 @@ def load_sql_records(
     """The unique-key table exported to Parquet/JSON lines (:func:`export_sql_table`),
     mapped onto :data:`schemas.RECORD_FIELDS`; ``columns`` overrides the source column
     of canonical fields (``{"deadline_ms": "lease_end"}``). Over JDBC:
-    ``map_records(read_jdbc(...), url, columns)``."""
+    :func:`load_jdbc_records`."""
     return map_records(read_table(spark, "records", path, [], [], fmt), str(path), columns)
 
 
@@ -678,11 +678,68 @@ def export_redis(url: str, match: str, out: str | Path, batch: int = 1000) -> in
     return len(rows["redis_key"])
 
 
+# Driver classes by JDBC sub-protocol: Spark is told the class, so a jar passed in
+# ``spark.jars`` is found without relying on DriverManager's service discovery.
+JDBC_DRIVERS = {
+    "postgresql": "org.postgresql.Driver",
+    "sqlite": "org.sqlite.JDBC",
+    "mysql": "com.mysql.cj.jdbc.Driver",
+    "mariadb": "org.mariadb.jdbc.Driver",
+}
+DEFAULT_RECORDS_TABLE = "idemp_dedup"  # idemp.strategies.unique_key's default table
+
+
+def is_jdbc(spec: str | Path) -> bool:
+    return str(spec).startswith("jdbc:")
+
+
+def split_jdbc(spec: str) -> tuple[str, str]:
+    """``jdbc:URL[#TABLE]`` → (URL, TABLE); the table defaults to ``idemp_dedup``
+    (JDBC URLs have no fragment, so ``#`` is free to name the table)."""
+    url, _, table = spec.partition("#")
+    return url, table or DEFAULT_RECORDS_TABLE
+
+
+def redact(url: str) -> str:
+    """A JDBC URL fit for messages and the summary: no password."""
+    import re
+
+    return re.sub(r"(?i)(password=)[^&;]*", r"\1***", url)
+
+
 def read_jdbc(
     spark: SparkSession, url: str, table: str, properties: dict[str, str] | None = None
 ) -> DataFrame:
-    """Read a dedup table over JDBC (the driver jar must be in ``spark.jars``)."""
+    """Read a table over JDBC (the driver jar must be in ``spark.jars``: see
+    ``session.jdbc_conf``). Spark asks the database for the schema here; the rows
+    are read by the job's one pass."""
+    props = dict(properties or {})
+    protocol = url.split(":", 2)[1] if url.count(":") >= 2 else ""
+    if "driver" not in props and protocol in JDBC_DRIVERS:
+        props["driver"] = JDBC_DRIVERS[protocol]
+    where = f"{redact(url)}#{table}"
     try:
-        return spark.read.jdbc(url, table, properties=properties or {})
+        return spark.read.jdbc(url, table, properties=props)
     except Exception as exc:
-        raise InputError("records", f"{url} table {table}", _spark_error(exc)) from exc
+        problem = _spark_error(exc)
+        if "ClassNotFoundException" in problem or "No suitable driver" in problem:
+            problem += " (give the driver jar with --jdbc-jars)"
+        raise InputError("records", where, f"cannot be read over JDBC: {problem}") from exc
+
+
+def load_jdbc_records(
+    spark: SparkSession, spec: str, columns: dict[str, str] | None = None,
+    properties: dict[str, str] | None = None,
+) -> DataFrame:
+    """The unique-key table read over JDBC (``jdbc:URL[#TABLE]``), mapped onto the
+    canonical record as an exported table is (:func:`map_records`)."""
+    url, table = split_jdbc(spec)
+    where = f"{redact(url)}#{table}"
+    df = read_jdbc(spark, url, table, properties)
+    try:
+        empty = len(df.head(1)) == 0
+    except Exception as exc:
+        raise InputError("records", where, f"cannot be read: {_spark_error(exc)}") from exc
+    if empty:
+        raise InputError("records", where, "is empty (no rows)")
+    return map_records(df, where, columns)
