@@ -5,7 +5,10 @@ row), runs the Spark job in local mode (``--master``, default local[2]) and the 
 classification in plain pandas on the same files, checks both against the injected
 counts, and prints wall time (session start apart), rows/s and peak memory:
 the Python driver's RSS (``ru_maxrss``) and the JVM's (``VmHWM``; in local mode the
-executors live in that JVM).
+executors live in that JVM), with the JVM's CPU seconds and the load average, since
+the machine is shared. Generated inputs are cached by size and generator version
+(``.cache/bench-reconcile/``): the generator is deterministic, so a cached set is the
+same data.
 """
 
 from __future__ import annotations
@@ -15,7 +18,6 @@ import json
 import os
 import resource
 import shutil
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -30,6 +32,13 @@ NS = f"{GROUP}/{TOPIC}"
 QUEUES = 4
 AS_OF = 1_700_000_000_000
 T0 = AS_OF - 86_400_000
+# Bumped whenever generate() changes what it writes: cached inputs of another version
+# are regenerated.
+GENERATOR_VERSION = 2
+# Row groups like the exporters' (idemp.history.BATCH_ROWS and export_sql_table write
+# 50,000-row batches): a reader can split the files across cores.
+ROW_GROUP = 1 << 17
+CACHE = Path(__file__).resolve().parent.parent / ".cache" / "bench-reconcile"
 
 
 def _keys(ids: np.ndarray) -> pa.Array:
@@ -76,9 +85,14 @@ def generate(n: int, out: Path) -> dict[str, int]:
     dlq_ids = np.arange(dlq_lo, dlq_hi, dtype=np.int64)
     all_ids = np.concatenate([ids, dlq_ids])
     m = len(all_ids)
-    kind = ["message"] * n + ["dlq"] * n_dlq
+
+    def two(first: str | None, second: str | None) -> pa.Array:
+        """n copies of ``first``, then n_dlq of ``second`` (no Python list per row)."""
+        return pa.concat_arrays([pa.repeat(pa.scalar(first, pa.string()), n),
+                                 pa.repeat(pa.scalar(second, pa.string()), n_dlq)])
+
     history = pa.table({
-        "topic": pa.array([TOPIC] * n + [f"%DLQ%{GROUP}"] * n_dlq, pa.string()),
+        "topic": two(TOPIC, f"%DLQ%{GROUP}"),
         "queue_id": pa.array(np.concatenate([i % QUEUES, np.zeros(n_dlq, np.int64)]), pa.int32()),
         "queue_offset": pa.array(np.concatenate([i // QUEUES, np.arange(n_dlq)]), pa.int64()),
         "msg_id": pc.binary_join_element_wise("M", pa.array(np.arange(m)).cast(pa.string()), ""),
@@ -86,13 +100,13 @@ def generate(n: int, out: Path) -> dict[str, int]:
         "body_sha256": pa.concat_arrays([sha, _keys(dlq_ids)]),
         "store_timestamp": pa.array(T0 + np.arange(m) * 10, pa.int64()),
         "reconsume_times": pa.array(np.zeros(m, np.int32), pa.int32()),
-        "kind": pa.array(kind, pa.string()),
+        "kind": two("message", "dlq"),
         "visible": pa.array(np.ones(m, dtype=bool)),
-        "retry_topic": pa.array([None] * n + [TOPIC] * n_dlq, pa.string()),
+        "retry_topic": two(None, TOPIC),
         "real_topic": pa.nulls(m, pa.string()),
     })
-    pq.write_table(history, out / "history.parquet", row_group_size=1 << 20)
-    del history, kind
+    pq.write_table(history, out / "history.parquet", row_group_size=ROW_GROUP)
+    del history
 
     # --- records ---
     keys = np.arange(k, dtype=np.int64)
@@ -104,17 +118,17 @@ def generate(n: int, out: Path) -> dict[str, int]:
     stuck = (rec_ids >= ranges["stuck"][0]) & (rec_ids < ranges["stuck"][1])
     r = len(rec_ids)
     records = pa.table({
-        "namespace": pa.array([NS] * r, pa.string()),
+        "namespace": pa.repeat(pa.scalar(NS, pa.string()), r),
         "business_key": _keys(rec_ids),
         "status": pc.if_else(pa.array(stuck), "CONSUMING", "CONSUMED"),
         "deadline_ms": pa.array(np.where(stuck, AS_OF - 60_000, AS_OF - 3_600_000), pa.int64()),
         "expires_ms": pa.array(np.full(r, AS_OF + 86_400_000), pa.int64()),
         "fingerprint": pa.nulls(r, pa.string()),
         "attempts": pa.array(np.ones(r, np.int32), pa.int32()),
-        "owner": pa.array(["c1"] * r, pa.string()),
+        "owner": pa.repeat(pa.scalar("c1", pa.string()), r),
         "updated_ms": pa.array(np.full(r, AS_OF - 1000), pa.int64()),
     })
-    pq.write_table(records, out / "records.parquet")
+    pq.write_table(records, out / "records.parquet", row_group_size=ROW_GROUP)
     del records
 
     # --- effects: one row per applied key; two for the doubled ---
@@ -125,7 +139,7 @@ def generate(n: int, out: Path) -> dict[str, int]:
     eff_ids = np.concatenate([keys[~no_effect], np.arange(*ranges["doubled"])])
     pq.write_table(
         pa.table({"order_id": _keys(eff_ids), "points": pa.array(np.ones(len(eff_ids), np.int32))}),
-        out / "effects.parquet",
+        out / "effects.parquet", row_group_size=ROW_GROUP,
     )
     committed = {str(q): (n - p - q + QUEUES - 1) // QUEUES for q in range(QUEUES)}
     (out / "consumerOffset.json").write_text(
@@ -228,6 +242,20 @@ def _vm_hwm_mb(pid: int) -> float:
     return float("nan")
 
 
+def _cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process: comparable across runs on a shared
+    machine, where wall time depends on what the others run."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return float("nan")
+
+
+def _load() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
 def _jvm_pid(spark: Any) -> int:
     """The local JVM: the java child process of this Python (launched by py4j)."""
     me = str(os.getpid())
@@ -250,18 +278,43 @@ def _size(text: str) -> int:
     return int(float(text[:-1] if mult > 1 else text) * mult)
 
 
+def inputs(n: int, base: Path) -> tuple[Path, dict[str, int]]:
+    """The generated inputs for ``n`` messages, from the cache when present
+    (``expected.json`` is written last: a directory without it is regenerated)."""
+    d = base / f"n{n}-v{GENERATOR_VERSION}"
+    if not (d / "expected.json").exists():
+        shutil.rmtree(d, ignore_errors=True)
+        t = time.monotonic()
+        # in a child: the generator's peak memory must not count as the driver's
+        import subprocess
+        import sys
+
+        root = Path(__file__).resolve().parent.parent
+        code = ("import json,sys;from pathlib import Path;"
+                "from benchmarks.reconcile import generate;d=Path(sys.argv[2]);"
+                "e=generate(int(sys.argv[1]),d);(d/'expected.json').write_text(json.dumps(e))")
+        subprocess.run([sys.executable, "-c", code, str(n), str(d)], check=True, cwd=root,
+                       env={**os.environ, "PYTHONPATH": str(root)})
+        print(f"generated {n:,} messages in {time.monotonic() - t:.1f} s ({d})")
+    return d, json.loads((d / "expected.json").read_text())
+
+
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks reconcile")
     ap.add_argument("--sizes", default="1M,5M,20M", help="comma-separated, e.g. 1M,5M")
     ap.add_argument("--master", default="local[2]")
     ap.add_argument("--shuffle-partitions", type=int, default=8)
     ap.add_argument("--driver-memory", default="4g")
-    ap.add_argument("--dir", default=None, help="work directory (default: a temp dir)")
+    ap.add_argument("--dir", default=str(CACHE),
+                    help="where generated inputs are cached (default: %(default)s)")
     ap.add_argument("--no-pandas", action="store_true")
+    ap.add_argument("--pandas-max-mb", type=int, default=12_000,
+                    help="stop the pandas run when its RSS exceeds this (the machine is "
+                         "shared; default %(default)s)")
     ap.add_argument("--json", default=None, help="append results as JSON lines here")
     args = ap.parse_args(argv)
     sizes = [_size(s) for s in args.sizes.split(",") if s.strip()]
-    base = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="idemp-bench-"))
+    base = Path(args.dir)
 
     from idemp.reconcile import report
     from idemp.reconcile.job import JobConfig, Subscription
@@ -274,23 +327,24 @@ def main(argv: list[str]) -> int:
     )
     from idemp.reconcile.session import get_session
 
+    datasets = {n: inputs(n, base) for n in sizes}  # before the JVM: its memory is free
+    print(f"load average before the session: {_load()}")
     t = time.monotonic()
     spark = get_session(args.master, args.shuffle_partitions,
                         {"spark.driver.memory": args.driver_memory})
-    print(f"session start: {time.monotonic() - t:.1f} s ({args.master}, "
+    session_s = time.monotonic() - t
+    print(f"session start: {session_s:.1f} s ({args.master}, "
           f"{args.shuffle_partitions} shuffle partitions)")
     jvm = _jvm_pid(spark)
     failed = False
-    print(f"{'messages':>10} {'spark s':>8} {'rows/s':>10} {'driver MB':>9} {'JVM MB':>7}"
-          f" {'pandas s':>8} {'pandas rows/s':>13} {'pandas MB':>9}  counts")
+    print(f"{'messages':>10} {'spark s':>8} {'rows/s':>10} {'JVM cpu s':>9} {'driver MB':>9}"
+          f" {'JVM MB':>7} {'pandas s':>8} {'pandas rows/s':>13} {'pandas MB':>9}  counts"
+          f"  load avg (1/5/15 min)")
     try:
         for n in sizes:
-            d = base / f"n{n}"
-            if not (d / "consumerOffset.json").exists():
-                shutil.rmtree(d, ignore_errors=True)
-                expected = generate(n, d)
-                (d / "expected.json").write_text(json.dumps(expected))
-            expected = json.loads((d / "expected.json").read_text())
+            d, expected = datasets[n]
+            load_before = _load()
+            cpu0 = _cpu_s(jvm)
             t = time.monotonic()
             cfg = JobConfig([Subscription.of(GROUP, TOPIC)], AS_OF,
                             effect_namespaces=frozenset([NS]))
@@ -307,20 +361,25 @@ def main(argv: list[str]) -> int:
             ok = all(got[k] == v for k, v in expected.items())
             driver_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
             row: dict[str, Any] = {
-                "messages": n, "spark_s": round(spark_s, 2), "spark_rows_s": int(n / spark_s),
+                "messages": n, "session_s": round(session_s, 1),
+                "spark_s": round(spark_s, 2), "spark_rows_s": int(n / spark_s),
+                "jvm_cpu_s": round(_cpu_s(jvm) - cpu0, 1),
                 "driver_rss_mb": round(driver_mb),
                 "jvm_hwm_mb": round(_vm_hwm_mb(jvm)) if jvm > 0 else None,
-                "spark_counts_exact": ok,
+                "spark_counts_exact": ok, "load_before": load_before, "load_after": _load(),
             }
             if not args.no_pandas:
-                pd_row = _pandas_child(d)
+                pd_row = _pandas_child(d, args.pandas_max_mb)
                 row.update(pd_row)
-                ok = ok and pd_row["pandas_counts_exact"]
+                ok = ok and pd_row["pandas_counts_exact"] is not False
             failed = failed or not ok
             print(f"{n:>10} {row['spark_s']:>8} {row['spark_rows_s']:>10} "
-                  f"{row['driver_rss_mb']:>9} {row['jvm_hwm_mb']:>7} "
+                  f"{row['jvm_cpu_s']:>9} {row['driver_rss_mb']:>9} {row['jvm_hwm_mb']:>7} "
                   f"{row.get('pandas_s', '-'):>8} {row.get('pandas_rows_s', '-'):>13} "
-                  f"{row.get('pandas_rss_mb', '-'):>9}  {'exact' if ok else 'WRONG'}")
+                  f"{row.get('pandas_rss_mb', '-'):>9}  {'exact' if ok else 'WRONG'}"
+                  f"  {load_before} -> {row['load_after']}", flush=True)
+            if row.get("pandas_error"):
+                print(f"  pandas: {row['pandas_error']}")
             if not ok:
                 print("  expected", expected, "\n  got     ", {k: got[k] for k in expected})
             if args.json:
@@ -328,13 +387,12 @@ def main(argv: list[str]) -> int:
                     fh.write(json.dumps(row) + "\n")
     finally:
         spark.stop()
-        if not args.dir:
-            shutil.rmtree(base, ignore_errors=True)
     return 1 if failed else 0
 
 
-def _pandas_child(d: Path) -> dict[str, Any]:
-    """pandas in a fresh process, so its peak RSS is its own."""
+def _pandas_child(d: Path, max_mb: int) -> dict[str, Any]:
+    """pandas in a fresh process, so its peak RSS is its own; stopped (and reported as
+    such) when its RSS passes ``max_mb``."""
     import subprocess
     import sys
 
@@ -346,13 +404,41 @@ def _pandas_child(d: Path) -> dict[str, Any]:
         "'mb':resource.getrusage(resource.RUSAGE_SELF).ru_maxrss/1024}))"
     )
     root = Path(__file__).resolve().parent.parent
-    res = subprocess.run([sys.executable, "-c", code, str(d)], capture_output=True, text=True,
-                         cwd=root, env={**os.environ, "PYTHONPATH": str(root)}, check=True)
-    data = json.loads(res.stdout.strip().splitlines()[-1])
     expected = json.loads((d / "expected.json").read_text())
     n = expected["messages"]
+    t = time.monotonic()
+    proc = subprocess.Popen([sys.executable, "-c", code, str(d)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, cwd=root,
+                            env={**os.environ, "PYTHONPATH": str(root)})
+    peak = 0.0
+    while proc.poll() is None:
+        peak = max(peak, _rss_mb(proc.pid))
+        if peak > max_mb:
+            proc.kill()
+            proc.communicate()
+            return {"pandas_s": None, "pandas_rows_s": None, "pandas_rss_mb": round(peak),
+                    "pandas_counts_exact": None,
+                    "pandas_error": f"stopped after {time.monotonic() - t:.0f} s: RSS passed "
+                                    f"{max_mb} MB"}
+        time.sleep(0.2)  # polling the child's RSS; the run itself takes seconds
+    out, err = proc.communicate()
+    if proc.returncode != 0:
+        return {"pandas_s": None, "pandas_rows_s": None, "pandas_rss_mb": round(peak),
+                "pandas_counts_exact": None,
+                "pandas_error": f"exit {proc.returncode}: {err.strip().splitlines()[-1:]}"}
+    data = json.loads(out.strip().splitlines()[-1])
     return {
         "pandas_s": round(data["s"], 2), "pandas_rows_s": int(n / data["s"]),
         "pandas_rss_mb": round(data["mb"]),
         "pandas_counts_exact": all(data["c"].get(k, v) == v for k, v in expected.items()),
     }
+
+
+def _rss_mb(pid: int) -> float:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0

@@ -112,6 +112,29 @@ class Progress:
 # ---------------------------------------------------------------------------------------
 
 
+# The per-key aggregate has about as many groups as input rows (a key has one or two
+# copies): a map-side partial aggregate would reduce nothing and cost a hash map per
+# task, so the rows are shuffled as they are (Spark 4's switch; older versions ignore
+# it). Only for that step: the totals aggregate has few groups and keeps it.
+PER_KEY_CONF = {"spark.sql.execution.bypassPartialAggregation": "true"}
+
+
+@contextmanager
+def sql_conf(spark: SparkSession, conf: Mapping[str, str]) -> Iterator[None]:
+    """Set runtime SQL options for one step, then restore them (the session is shared)."""
+    before = {k: spark.conf.get(k, None) for k in conf}
+    for k, v in conf.items():
+        spark.conf.set(k, v)
+    try:
+        yield
+    finally:
+        for k, old in before.items():
+            if old is None:
+                spark.conf.unset(k)
+            else:
+                spark.conf.set(k, old)
+
+
 def clear_outputs(out: Path) -> None:
     """Remove a previous run's outputs, so none can pass for this run's."""
     out.mkdir(parents=True, exist_ok=True)
@@ -157,7 +180,7 @@ def run(
         # One pass over the inputs: every key classified and written once; the other
         # outputs are read back from that Parquet (only the columns they need), so no
         # per-key work is repeated and nothing per key reaches the driver.
-        with bar.step("classify keys"):
+        with bar.step("classify keys"), sql_conf(spark, PER_KEY_CONF):
             classified = classify(spark, history, records, effects, offsets, cfg)
             classified.write.mode("overwrite").parquet(str(out / "keys"))
         # the schema is known: reading back needs no footer-reading job
