@@ -43,11 +43,11 @@ BROKER_LOCK_MS = 3000  # embedded broker's queue-lock expiry (RocketMQ: 60 s)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    # 10,000 orders took 190 s here at load 6-9 (docs/performance.md, "Demo"): over the
-    # 3 minutes on the shared 2-core machine, so the default stays at 3,000 (~100 s).
-    p.add_argument("--orders", type=int, default=3_000,
+    # The full run: 10,000 orders, ~140 s here at load 4-7 (docs/performance.md,
+    # "Demo"); a heavily loaded machine stretches it (190 s at load 6-9).
+    p.add_argument("--orders", type=int, default=10_000,
                    help=f"ride-hailing orders (x {len(STATES)} states each); "
-                        "default %(default)s; --orders 10000 is the full run (~3-4 min here)")
+                        "default %(default)s")
     p.add_argument("--seed", type=int, default=7, help="fault injection seed")
     p.add_argument("--retry-rate", type=float, default=0.02,
                    help="share of events the producer sends twice (new msgId)")
