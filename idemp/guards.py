@@ -179,13 +179,12 @@ class _SqlTx:
         self.state: str | None = None
 
     def save(self, transition: Transition) -> None:
-        t = self.store.table
-        col = t.c[self.store.state_column]
-        same = col.is_(None) if transition.source is None else col == transition.source
+        store = self.store
+        stmt = store._set_from_none if transition.source is None else store._set_from
         done = self.connection.execute(
-            sa.update(t)
-            .where(t.c[self.store.id_column] == self.entity, same)
-            .values({self.store.state_column: transition.target})
+            stmt,
+            {"b_entity": self.entity, "b_source": transition.source,
+             "b_target": transition.target},
         ).rowcount
         if done != 1:
             raise GuardConflict(f"{self.entity!r} left {transition.source!r} concurrently")
@@ -239,6 +238,14 @@ class SqlStateStore:
             .with_for_update()
         )
         self._insert = insert_ignore(t, engine.dialect.name)
+        # The compare-and-set statements are built once: building and cache-keying an
+        # expression per transition cost more CPU than SQLite's UPDATE itself.
+        entity_is = t.c[id_column] == sa.bindparam("b_entity")
+        new_state: dict[str, Any] = {state_column: sa.bindparam("b_target")}
+        self._set_from = sa.update(t).where(
+            entity_is, t.c[state_column] == sa.bindparam("b_source")).values(new_state)
+        self._set_from_none = sa.update(t).where(
+            entity_is, t.c[state_column].is_(None)).values(new_state)
 
     def open(self, entity: str, connection: Any) -> StateTx:
         joined = (
