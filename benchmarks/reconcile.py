@@ -14,6 +14,7 @@ same data.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import resource
@@ -373,21 +374,27 @@ def main(argv: list[str]) -> int:
                 row.update(pd_row)
                 ok = ok and pd_row["pandas_counts_exact"] is not False
             failed = failed or not ok
-            print(f"{n:>10} {row['spark_s']:>8} {row['spark_rows_s']:>10} "
-                  f"{row['jvm_cpu_s']:>9} {row['driver_rss_mb']:>9} {row['jvm_hwm_mb']:>7} "
-                  f"{row.get('pandas_s', '-'):>8} {row.get('pandas_rows_s', '-'):>13} "
-                  f"{row.get('pandas_rss_mb', '-'):>9}  {'exact' if ok else 'WRONG'}"
+            if args.json:  # first: a figure is never lost to a printing problem
+                with open(args.json, "a") as fh:
+                    fh.write(json.dumps(row) + "\n")
+            cell = functools.partial(_cell, row)
+            print(f"{n:>10} {cell('spark_s'):>8} {cell('spark_rows_s'):>10} "
+                  f"{cell('jvm_cpu_s'):>9} {cell('driver_rss_mb'):>9} {cell('jvm_hwm_mb'):>7} "
+                  f"{cell('pandas_s'):>8} {cell('pandas_rows_s'):>13} "
+                  f"{cell('pandas_rss_mb'):>9}  {'exact' if ok else 'WRONG'}"
                   f"  {load_before} -> {row['load_after']}", flush=True)
             if row.get("pandas_error"):
                 print(f"  pandas: {row['pandas_error']}")
             if not ok:
                 print("  expected", expected, "\n  got     ", {k: got[k] for k in expected})
-            if args.json:
-                with open(args.json, "a") as fh:
-                    fh.write(json.dumps(row) + "\n")
     finally:
         spark.stop()
     return 1 if failed else 0
+
+
+def _cell(row: dict[str, Any], name: str) -> str:
+    value = row.get(name)
+    return "-" if value is None else str(value)
 
 
 def _pandas_child(d: Path, max_mb: int) -> dict[str, Any]:
