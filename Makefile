@@ -83,8 +83,10 @@ test: $(STAMP) check-java lint $(JDBC_STAMP)
 # (no Maven Central on these machines). Fails loudly when apt cannot fetch them.
 $(JDBC_STAMP):
 	rm -rf $(JDBC_DIR) $(JDBC_DIR).tmp && mkdir -p $(JDBC_DIR).tmp/deb
-	cd $(JDBC_DIR).tmp/deb && apt-get download $(JDBC_DEBS) || { \
-	  echo "error: apt-get download $(JDBC_DEBS) failed (try apt-get update)" >&2; exit 1; }
+	cd $(JDBC_DIR).tmp/deb && { apt-get download $(JDBC_DEBS) || \
+	  { apt-get update -qq && apt-get download $(JDBC_DEBS); }; } || { \
+	  echo "error: apt-get download $(JDBC_DEBS) failed (package lists: apt-get update)" >&2; \
+	  exit 1; }
 	for deb in $(JDBC_DIR).tmp/deb/*.deb; do dpkg-deb -x "$$deb" $(JDBC_DIR).tmp/root; done
 	mkdir -p $(JDBC_DIR)
 	cp -L $(JDBC_DIR).tmp/root/usr/share/java/postgresql.jar \
