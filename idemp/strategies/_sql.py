@@ -103,6 +103,19 @@ def close_quietly(conn: Connection) -> None:
         conn.invalidate()
 
 
+def commit_and_close(conn: Connection) -> None:
+    """Commit the handler's transaction (dedup row, entity row and the handler's own
+    writes go together) and give the connection back whatever happened."""
+    from idemp.strategies.base import StoreError
+
+    try:
+        conn.commit()
+    except SQLAlchemyError as exc:
+        raise StoreError(f"commit failed: {exc}") from exc
+    finally:
+        close_quietly(conn)
+
+
 def entity_table(
     engine: Engine, name: str, *, create: bool, id_column: str, version_column: str | None
 ) -> sa.Table:

@@ -33,6 +33,7 @@ from idemp.outcome import Outcome
 from idemp.strategies._sql import (
     busy,
     close_quietly,
+    commit_and_close,
     entity_table,
     install_sqlite_begin,
     make_engine,
@@ -186,13 +187,7 @@ class OptimisticVersion(Strategy):
         return Verdict.RUN, ""
 
     def commit(self, ticket: Ticket) -> None:
-        conn: Connection = ticket.private
-        try:
-            conn.commit()
-        except SQLAlchemyError as exc:
-            raise StoreError(f"commit failed: {exc}") from exc
-        finally:
-            close_quietly(conn)
+        commit_and_close(ticket.private)
 
     def abort(self, ticket: Ticket, error: BaseException | None) -> None:
         close_quietly(ticket.private)  # rollback: the handler's writes go with it

@@ -31,6 +31,7 @@ from idemp.outcome import Outcome
 from idemp.strategies._sql import (
     busy,
     close_quietly,
+    commit_and_close,
     entity_table,
     insert_ignore,
     install_sqlite_begin,
@@ -153,13 +154,7 @@ class PessimisticRowLock(Strategy):
         return Ticket(job, Verdict.RUN, handle=handle, atomic=True, private=conn)
 
     def commit(self, ticket: Ticket) -> None:
-        conn: Connection = ticket.private
-        try:
-            conn.commit()
-        except SQLAlchemyError as exc:
-            raise StoreError(f"commit failed: {exc}") from exc
-        finally:
-            close_quietly(conn)
+        commit_and_close(ticket.private)
 
     def abort(self, ticket: Ticket, error: BaseException | None) -> None:
         close_quietly(ticket.private)

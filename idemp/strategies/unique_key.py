@@ -36,8 +36,8 @@ from sqlalchemy.exc import DBAPIError, IntegrityError, SQLAlchemyError
 
 from idemp.strategies._sql import busy as _busy
 from idemp.strategies._sql import close_quietly as _close_quietly
+from idemp.strategies._sql import commit_and_close, make_engine, valid_identifier
 from idemp.strategies._sql import install_sqlite_begin as _install_sqlite_begin
-from idemp.strategies._sql import make_engine, valid_identifier
 from idemp.strategies.base import (
     CONSUMED,
     CONSUMING,
@@ -364,13 +364,7 @@ class UniqueKeyTable(ClaimStrategy):
             self.commit_many([ticket])
             return
         if ticket.private is not None:
-            conn: Connection = ticket.private
-            try:
-                conn.commit()
-            except SQLAlchemyError as exc:
-                raise StoreError(f"commit failed: {exc}") from exc
-            finally:
-                _close_quietly(conn)
+            commit_and_close(ticket.private)
             return
         job = ticket.job
         now = _now_ms()
