@@ -26,26 +26,37 @@ from typing import Any
 from idemp.broker.process import BrokerProcess
 
 
+class _Tally:
+    """Deliveries counted from the first to the last: both consumers are timed alike."""
+
+    def __init__(self, count: int) -> None:
+        self.count, self.n, self.first, self.last = count, 0, 0.0, 0.0
+        self.lock = threading.Lock()
+        self.done = threading.Event()
+
+    def seen(self) -> None:
+        now = time.monotonic()
+        with self.lock:
+            if self.n == 0:
+                self.first = now
+            self.n += 1
+            self.last = now
+            if self.n >= self.count:
+                self.done.set()
+
+    def result(self, ok: bool) -> dict[str, Any]:
+        return {"count": self.n, "seconds": self.last - self.first, "ok": ok}
+
+
 def _child_official(
     namesrv: str, topic: str, group: str, orderly: bool, count: int, threads: int
 ) -> int:
     from rocketmq.client import ConsumeStatus, PushConsumer
 
-    lock = threading.Lock()
-    n = [0]
-    first = [0.0]
-    last = [0.0]
-    done = threading.Event()
+    tally = _Tally(count)
 
     def cb(msg: Any) -> Any:
-        now = time.monotonic()
-        with lock:
-            if n[0] == 0:
-                first[0] = now
-            n[0] += 1
-            last[0] = now
-            if n[0] >= count:
-                done.set()
+        tally.seen()
         return ConsumeStatus.CONSUME_SUCCESS
 
     c = PushConsumer(group, orderly=orderly)
@@ -53,9 +64,9 @@ def _child_official(
     c.set_thread_count(threads)
     c.subscribe(topic, cb)
     c.start()
-    ok = done.wait(600)
+    ok = tally.done.wait(600)
     c.shutdown()
-    print(json.dumps({"count": n[0], "seconds": last[0] - first[0], "ok": ok}))
+    print(json.dumps(tally.result(ok)))
     return 0
 
 
@@ -95,21 +106,10 @@ def _run_idemp(
     from idemp.message import Message
     from idemp.runners import ConcurrentRunner, OrderlyRunner
 
-    lock = threading.Lock()
-    n = [0]
-    first = [0.0]
-    last = [0.0]
-    done = threading.Event()
+    tally = _Tally(count)
 
     def listener(msg: Message) -> None:
-        now = time.monotonic()
-        with lock:
-            if n[0] == 0:
-                first[0] = now
-            n[0] += 1
-            last[0] = now
-            if n[0] >= count:
-                done.set()
+        tally.seen()
 
     settings = ConsumerSettings(
         group=group,
@@ -121,9 +121,9 @@ def _run_idemp(
     runner = cls(listener, settings=settings, client=ClientSettings(namesrv_addr=namesrv))
     runner.subscribe(topic)
     runner.start()
-    ok = done.wait(600)
+    ok = tally.done.wait(600)
     runner.shutdown()
-    return {"count": n[0], "seconds": last[0] - first[0], "ok": ok}
+    return tally.result(ok)
 
 
 def main(argv: list[str]) -> int:
