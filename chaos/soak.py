@@ -41,7 +41,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import sqlalchemy as sa
 
@@ -92,6 +92,33 @@ class SoakFigures:
                 parts.append(f"{name} {j[name]['first']:.1f}->{j[name]['last']:.1f}")
         parts.append(f"wall {self.wall_s:.0f}s")
         return ", ".join(parts)
+
+
+class _Tail:
+    """The consumer's window lines as they are appended: each window reads only what is
+    new (the file grows for the whole run), and a line still being written waits."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.file: IO[str] | None = None
+
+    def new_lines(self) -> list[dict[str, Any]]:
+        if self.file is None:
+            if not self.path.exists():
+                return []  # the consumer opens it after its first window
+            self.file = open(self.path, encoding="utf-8")
+        out: list[dict[str, Any]] = []
+        while True:
+            pos = self.file.tell()
+            line = self.file.readline()
+            if not line.endswith("\n"):
+                self.file.seek(pos)
+                return out
+            out.append(json.loads(line))
+
+    def close(self) -> None:
+        if self.file is not None:
+            self.file.close()
 
 
 def duplicated(i: int) -> bool:
@@ -240,6 +267,7 @@ def run(minutes: float, *, rate: float, workdir: Path, window_s: float = 10.0,
     broker = BrokerProcess(workdir / "broker-store")
     worker: Worker | None = None
     producer: SteadyProducer | None = None
+    tail: _Tail | None = None
     stats = workdir / "consumer-windows.jsonl"
     try:
         redis.start()
@@ -264,7 +292,7 @@ def run(minutes: float, *, rate: float, workdir: Path, window_s: float = 10.0,
         bpid = broker.proc.pid
         say(f"soak: {minutes:g} min at {rate:g} msg/s, window {window_s:g} s, warm-up "
             f"{warmup:.0f} s; broker pid {bpid}, consumer pid {worker.pid}")
-        seen = 0
+        tail = _Tail(stats)
         next_sample = time.monotonic() + window_s
         while any(t.is_alive() for t in producer.threads):
             if producer.errors:
@@ -273,9 +301,7 @@ def run(minutes: float, *, rate: float, workdir: Path, window_s: float = 10.0,
             if time.monotonic() < next_sample:
                 continue
             next_sample += window_s
-            lines = stats.read_text().splitlines() if stats.exists() else []
-            for line in lines[seen:]:
-                w = json.loads(line)
+            for w in tail.new_lines():
                 w.update(consumer_rss_mb=w.pop("rss_kb") / 1024, consumer_fds=w.pop("fds"),
                          broker_rss_mb=rss_kb(bpid) / 1024, broker_fds=open_fds(bpid),
                          load1=os.getloadavg()[0],
@@ -286,7 +312,6 @@ def run(minutes: float, *, rate: float, workdir: Path, window_s: float = 10.0,
                         f"{w['p99']:6.1f} ms, consumer {w['consumer_rss_mb']:.0f} MB "
                         f"{w['consumer_fds']} fds, broker {w['broker_rss_mb']:.0f} MB "
                         f"{w['broker_fds']} fds")
-            seen = len(lines)
         if producer.errors:
             raise producer.errors[0]
         figures.sent_by_topic = dict(producer.sent)
@@ -310,6 +335,8 @@ def run(minutes: float, *, rate: float, workdir: Path, window_s: float = 10.0,
         figures.judged = judged
         figures.failures += failures
     finally:
+        if tail is not None:
+            tail.close()
         if worker is not None:
             worker.kill()
         if producer is not None:
