@@ -51,6 +51,7 @@ from chaos.scenario import (
     Send,
     make_plan,
 )
+from idemp.broker.process import die_with_parent, kill_process, stop_process
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKER_START_S = 120.0  # a worker imports SQLAlchemy, redis, the client: slow on a busy box
@@ -64,15 +65,6 @@ BROKER_PROPERTIES = {
 }
 
 
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
-
-
 class Worker:
     """One consumer process."""
 
@@ -84,7 +76,8 @@ class Worker:
         with open(self.log_path, "a", encoding="utf-8") as log:
             self.proc = subprocess.Popen(
                 self.cmd, stdout=subprocess.PIPE, stderr=log, text=True, cwd=ROOT,
-                env={**os.environ, "PYTHONPATH": str(ROOT)}, preexec_fn=_die_with_parent,
+                env={**os.environ, "PYTHONPATH": str(ROOT)},
+                preexec_fn=die_with_parent(signal.SIGKILL),
             )
         assert self.proc.stdout is not None
         with selectors.DefaultSelector() as sel:
@@ -106,22 +99,14 @@ class Worker:
     def kill(self) -> None:
         if self.proc is None:
             return
-        if self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGKILL)
-        self.proc.wait()
+        kill_process(self.proc)
         self._close()
 
     def stop(self, timeout: float = 90.0) -> int:
         """SIGTERM: the runners finish their batches and persist offsets."""
         if self.proc is None:
             return 0
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        try:
-            code = self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            code = self.proc.wait()
+        code = stop_process(self.proc, timeout)
         self._close()
         return code
 

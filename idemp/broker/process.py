@@ -12,7 +12,9 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 READY_PREFIX = "idemp broker ready "
 
@@ -21,15 +23,37 @@ class BrokerStartError(RuntimeError):
     pass
 
 
-def _die_with_parent() -> None:
-    """Runs in the child before exec: SIGTERM it when the parent dies, so a crashed
-    test run or demo never leaves a broker behind (Linux PR_SET_PDEATHSIG)."""
-    try:
-        import ctypes
+def die_with_parent(sig: int = signal.SIGTERM) -> Callable[[], None]:
+    """A ``preexec_fn``: the child gets ``sig`` when its parent dies, so a crashed test
+    run, demo or chaos run never leaves a process behind (Linux PR_SET_PDEATHSIG)."""
 
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)
-    except OSError:  # pragma: no cover - not Linux
-        pass
+    def arm() -> None:  # pragma: no cover - runs in the child before exec
+        try:
+            import ctypes
+
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, sig)
+        except OSError:  # not Linux
+            pass
+
+    return arm
+
+
+def stop_process(proc: subprocess.Popen[Any], timeout: float) -> int:
+    """SIGTERM and wait; SIGKILL when it does not exit within ``timeout``."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+    try:
+        return proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return proc.wait()
+
+
+def kill_process(proc: subprocess.Popen[Any]) -> None:
+    """SIGKILL (no flush, no goodbye) and reap."""
+    if proc.poll() is None:
+        os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
 
 
 class BrokerProcess:
@@ -75,7 +99,7 @@ class BrokerProcess:
         log = open(self.log_path, "a", encoding="utf-8")
         try:
             self.proc = subprocess.Popen(
-                cmd, stdout=subprocess.PIPE, stderr=log, text=True, preexec_fn=_die_with_parent
+                cmd, stdout=subprocess.PIPE, stderr=log, text=True, preexec_fn=die_with_parent()
             )
         finally:
             log.close()
@@ -114,13 +138,7 @@ class BrokerProcess:
         """SIGTERM and wait: the broker flushes and exits 0."""
         if self.proc is None:
             return 0
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        try:
-            code = self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            code = self.proc.wait()
+        code = stop_process(self.proc, timeout)
         self._close_pipe()
         return code
 
@@ -128,9 +146,7 @@ class BrokerProcess:
         """SIGKILL: no flush, no goodbye."""
         if self.proc is None:
             return
-        if self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGKILL)
-        self.proc.wait()
+        kill_process(self.proc)
         self._close_pipe()
 
     def _close_pipe(self) -> None:
