@@ -611,6 +611,31 @@ class IdempotentBatchListener(_Wrapped):
             )
 
 
+def _core_options(
+    key: KeySpec,
+    strategy: Strategy | str,
+    namespace: str | None,
+    group: str | None,
+    fingerprint: bool | Fingerprinter,
+    on_missing_key: MissingKeyPolicy | str,
+    dead_letter: DeadLetterSink | None,
+    name: str | None,
+    pass_context: bool | None,
+) -> dict[str, Any]:
+    """The ``_Core`` options of ``@idempotent`` and ``@idempotent.batch`` (one place)."""
+    return dict(
+        key=key,
+        strategy=_resolve_strategy(strategy),
+        namespace=namespace,
+        group=group,
+        fingerprint=fingerprint,
+        on_missing_key=on_missing_key,
+        dead_letter=dead_letter,
+        name=name,
+        pass_context=pass_context,
+    )
+
+
 class _Idempotent:
     """``@idempotent(key=..., strategy=...)`` and ``@idempotent.batch(...)``.
 
@@ -635,20 +660,13 @@ class _Idempotent:
         name: str | None = None,
         pass_context: bool | None = None,
     ) -> Callable[[Callable[..., Any]], Any]:
-        options = dict(
-            key=key,
-            strategy=_resolve_strategy(strategy),
-            namespace=namespace,
-            group=group,
-            fingerprint=fingerprint,
-            on_missing_key=on_missing_key,
-            dead_letter=dead_letter,
-            name=name,
-            pass_context=pass_context,
+        options = _core_options(
+            key, strategy, namespace, group, fingerprint, on_missing_key, dead_letter, name,
+            pass_context,
         )
 
         def wrap(fn: Callable[..., Any]) -> IdempotentListener | AsyncIdempotentListener:
-            core = _Core(fn, **options)  # type: ignore[arg-type]
+            core = _Core(fn, **options)
             if inspect.iscoroutinefunction(fn):
                 return AsyncIdempotentListener(core)
             return IdempotentListener(core)
@@ -669,22 +687,15 @@ class _Idempotent:
         pass_context: bool | None = None,
     ) -> Callable[[Callable[..., Any]], IdempotentBatchListener]:
         """The batch form: the handler takes a list of messages (and a list of contexts)."""
-        options = dict(
-            key=key,
-            strategy=_resolve_strategy(strategy),
-            namespace=namespace,
-            group=group,
-            fingerprint=fingerprint,
-            on_missing_key=on_missing_key,
-            dead_letter=dead_letter,
-            name=name,
-            pass_context=pass_context,
+        options = _core_options(
+            key, strategy, namespace, group, fingerprint, on_missing_key, dead_letter, name,
+            pass_context,
         )
 
         def wrap(fn: Callable[..., Any]) -> IdempotentBatchListener:
             if inspect.iscoroutinefunction(fn):
                 raise TypeError("idempotent.batch wraps sync handlers only")
-            return IdempotentBatchListener(_Core(fn, **options))  # type: ignore[arg-type]
+            return IdempotentBatchListener(_Core(fn, **options))
 
         return wrap
 
