@@ -10,6 +10,12 @@ of keys per slot there; the calls are pipelined and grouped per node by redis-py
 cluster pipeline (one round trip per node, MOVED/ASK followed). On a standalone server
 a batch is one call.
 
+Single commands on a standalone server go through :class:`Commands`: each thread keeps
+one connection of the client's pool and sends and reads on it itself. redis-py's
+per-command path (pool checkout and release, observability hooks, the retry wrapper
+rebuilt per call) costs more CPU than a loopback round trip, and a message pays it twice
+(claim, commit). The client's own retry policy and encoder still apply.
+
 Why not redis-py's ``Script`` objects: inside a pipeline they add a ``SCRIPT EXISTS`` round
 trip to every ``execute()``, and on a cluster a NOSCRIPT from one node must not re-run
 the calls that already ran on the others. Here only the calls that answered NOSCRIPT are
@@ -19,13 +25,16 @@ re-run, after ``SCRIPT LOAD`` (on every primary of a cluster).
 from __future__ import annotations
 
 import hashlib
+import os
+import threading
+import weakref
 from collections.abc import Sequence
 from typing import Any
 from urllib.parse import unquote
 
 import redis
 from redis.cluster import ClusterNode, RedisCluster
-from redis.exceptions import NoScriptError
+from redis.exceptions import ConnectionError, NoScriptError, ResponseError, TimeoutError
 
 CLUSTER_SCHEMES = ("redis+cluster", "rediss+cluster")
 #: URL schemes the Redis strategies accept (the config picks a Redis strategy for them).
@@ -96,13 +105,112 @@ def slot_groups(client: Any, keys: Sequence[str], chunk: int) -> list[list[int]]
     return [g[i : i + chunk] for g in by_slot.values() for i in range(0, len(g), chunk)]
 
 
-class LuaScript:
-    """One Lua script, run by ``EVALSHA`` on ``client``; loaded where missing."""
+_generation = 0  # bumped in a forked child: connections held before the fork are not its
 
-    __slots__ = ("client", "text", "sha")
 
-    def __init__(self, client: Any, text: str) -> None:
+def _forked() -> None:
+    global _generation
+    _generation += 1
+
+
+os.register_at_fork(after_in_child=_forked)
+
+
+class _Held:
+    """A connection checked out of a pool by one thread, given back when the thread ends
+    (its thread-local storage is dropped) or when the strategy closes."""
+
+    __slots__ = ("pool", "conn", "generation", "__weakref__")
+
+    def __init__(self, pool: Any) -> None:
+        self.pool = pool
+        self.conn: Any = pool.get_connection()
+        self.generation = _generation
+
+    def give_back(self) -> None:
+        conn, self.conn = self.conn, None
+        # A child's inherited connection shares the parent's socket: dropped, never
+        # released (the child's pool resets itself; the parent still uses the socket).
+        if conn is not None and self.generation == _generation:
+            self.pool.release(conn)
+
+    __del__ = give_back
+
+
+class Commands:
+    """Single commands for the strategies' hot path: ``commands("EVALSHA", …)``.
+
+    Standalone server: on a connection this thread holds (see the module docstring),
+    checked before each command the way redis-py checks one at checkout (readable while
+    idle = closed by the server, e.g. a restart, an idle timeout or CLIENT KILL, or a reply
+    left unread: reconnect), and run under the connection's retry policy (none for a
+    client made by ``from_url``, as in redis-py). Cluster: through the client, which
+    routes by slot and follows MOVED/ASK."""
+
+    def __init__(self, client: Any) -> None:
         self.client = client
+        pool = getattr(client, "connection_pool", None)
+        # RESP3 clients may get pushes (client-side caching invalidations, maintenance
+        # notifications) on an idle connection: left to redis-py's own command path.
+        self._direct = (
+            pool is not None
+            and not is_cluster(client)
+            and str(pool.connection_kwargs.get("protocol") or 2) == "2"
+            and getattr(pool, "cache", None) is None
+        )
+        self._local = threading.local()
+        self._held: weakref.WeakSet[_Held] = weakref.WeakSet()
+        self._lock = threading.Lock()
+
+    def _holding(self) -> _Held:
+        held: _Held | None = getattr(self._local, "held", None)
+        if held is None or held.conn is None or held.generation != _generation:
+            held = _Held(self.client.connection_pool)
+            self._local.held = held
+            with self._lock:
+                self._held.add(held)
+        return held
+
+    def __call__(self, *args: Any) -> Any:
+        if not self._direct:
+            return self.client.execute_command(*args)
+        conn = self._holding().conn
+        try:
+            if conn.can_read():
+                raise ConnectionError("idle connection has unread data")
+        except (ConnectionError, TimeoutError, OSError):
+            conn.disconnect()  # the send below connects again
+
+        def once() -> Any:
+            try:
+                conn.send_command(*args)
+                return conn.read_response()
+            except ResponseError:  # a whole error reply was read: the connection is fine
+                raise
+            except BaseException:  # e.g. interrupted between send and read: a reply may
+                conn.disconnect()  # be left unread; never let the next command read it
+                raise
+
+        return conn.retry.call_with_retry(once, lambda _error: conn.disconnect())
+
+    def close(self) -> None:
+        """Give every held connection back to the pool (the client's owner closes it)."""
+        with self._lock:
+            held = list(self._held)
+            self._held.clear()
+        for h in held:
+            h.give_back()
+
+
+class LuaScript:
+    """One Lua script, run by ``EVALSHA``; loaded where missing. Single calls go through
+    ``commands``, pipelined ones through its client."""
+
+    __slots__ = ("client", "commands", "text", "sha")
+
+    def __init__(self, commands: Commands, text: str) -> None:
+        self.commands = commands
+        self.client = commands.client
         self.text = text
         self.sha = hashlib.sha1(text.encode()).hexdigest()
 
@@ -112,10 +220,10 @@ class LuaScript:
 
     def __call__(self, keys: Sequence[str], args: Sequence[Any]) -> Any:
         try:
-            return self.client.evalsha(self.sha, len(keys), *keys, *args)
+            return self.commands("EVALSHA", self.sha, len(keys), *keys, *args)
         except NoScriptError:
             self.load()
-            return self.client.evalsha(self.sha, len(keys), *keys, *args)
+            return self.commands("EVALSHA", self.sha, len(keys), *keys, *args)
 
     def many(self, calls: Sequence[tuple[Sequence[str], Sequence[Any]]]) -> list[Any]:
         """EVALSHA once per (keys, args), pipelined (per node on a cluster), in order.

@@ -19,7 +19,7 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
-from idemp.strategies._redis import LuaScript, connect, describe
+from idemp.strategies._redis import Commands, LuaScript, connect, describe
 from idemp.strategies.base import (
     CONSUMED,
     CONSUMING,
@@ -142,9 +142,11 @@ return out
 )
 
 
-def _parse(value: bytes) -> tuple[str, str, str | None, int]:
-    """(status, owner, fingerprint, attempts) of a stored value."""
-    flag, owner, fp, attempts = value.decode().split("|")
+def _parse(value: bytes | str) -> tuple[str, str, str | None, int]:
+    """(status, owner, fingerprint, attempts) of a stored value (``str`` when the client
+    was made with ``decode_responses=True``)."""
+    text = value.decode() if isinstance(value, bytes) else value
+    flag, owner, fp, attempts = text.split("|")
     return (CONSUMING if flag == "C" else CONSUMED), owner, fp or None, int(attempts)
 
 
@@ -167,12 +169,13 @@ class RedisFlag(ClaimStrategy):
         super().__init__(deadline_s=deadline_s, retention_s=retention_s)
         self.client, self._owns_client = connect(client, socket_timeout_s)
         self.prefix = prefix
-        self._claim = LuaScript(self.client, CLAIM)
-        self._commit = LuaScript(self.client, COMMIT)
-        self._release = LuaScript(self.client, RELEASE)
-        self._claim_many = LuaScript(self.client, CLAIM_MANY)
-        self._commit_many = LuaScript(self.client, COMMIT_MANY)
-        self._release_many = LuaScript(self.client, RELEASE_MANY)
+        self._commands = commands = Commands(self.client)
+        self._claim = LuaScript(commands, CLAIM)
+        self._commit = LuaScript(commands, COMMIT)
+        self._release = LuaScript(commands, RELEASE)
+        self._claim_many = LuaScript(commands, CLAIM_MANY)
+        self._commit_many = LuaScript(commands, COMMIT_MANY)
+        self._release_many = LuaScript(commands, RELEASE_MANY)
         self._consuming_ttl = str(self.deadline_ms + self.retention_ms)
         self._retention = str(self.retention_ms)
 
@@ -288,5 +291,6 @@ class RedisFlag(ClaimStrategy):
         return Record(namespace, key, status, owner, fp, attempts, deadline, expires)
 
     def close(self) -> None:
+        self._commands.close()
         if self._owns_client:
             self.client.close()

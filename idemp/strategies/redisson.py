@@ -47,7 +47,7 @@ from typing import Any
 from redis.exceptions import RedisError
 
 from idemp.outcome import Outcome
-from idemp.strategies._redis import LuaScript, connect, describe
+from idemp.strategies._redis import Commands, LuaScript, connect, describe
 from idemp.strategies.base import Job, StoreError, Strategy, Ticket, Verdict
 
 logger = logging.getLogger("idemp")
@@ -343,9 +343,10 @@ class RedissonLock(Strategy):
         self.renew_s = renew_s
         self.wait_s = wait_s
         self.fence_ttl_ms = int(fence_ttl_s * 1000)
-        self._lock = LuaScript(client, LOCK)
-        self._unlock = LuaScript(client, UNLOCK)
-        self._renew = LuaScript(client, RENEW)
+        self._commands = commands = Commands(client)
+        self._lock = LuaScript(commands, LOCK)
+        self._unlock = LuaScript(commands, UNLOCK)
+        self._renew = LuaScript(commands, RENEW)
         self._waiters = _Waiters(client, f"{prefix}:*:ch")
         self._watchdog = _Watchdog(self) if renew_s is not None else None
         self._local: dict[tuple[str, str], _Held] = {}
@@ -476,5 +477,6 @@ class RedissonLock(Strategy):
         self._waiters.close()
         if self._watchdog is not None:
             self._watchdog.close()
+        self._commands.close()
         if self._owns_client:
             self.client.close()
