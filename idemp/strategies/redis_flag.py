@@ -34,21 +34,18 @@ from idemp.strategies.base import (
     verdict_of_existing,
 )
 
-# Each script's per-key logic is one Lua function; the single-key script calls it once,
-# the batch script once per key (all keys in one EVALSHA: one command to pack, send, run
-# and parse instead of one per key; on a cluster, one per slot).
+# Each script's per-key logic is one Lua function taking the key's current value (false
+# when absent); the single-key scripts call it once, the batch scripts once per key after
+# one MGET of all their keys (all keys in one EVALSHA: one command to pack, send, run and
+# parse instead of one per key, and two calls into Redis per key instead of three or two
+# per key; on a cluster, one EVALSHA per slot).
 
-# claim(key, token, fingerprint, CONSUMING ttl ms, retention ms): a new key is one SET NX;
-# otherwise the stored value decides.
+# claim(key, value, token, fingerprint, CONSUMING ttl ms, retention ms)
 # → 1 (claimed a new key, or already ours: a re-run of this very claim after a lost
 # reply), {old value} (took over past the deadline), or the stored value.
 _CLAIM_FN = """
-local function claim(key, token, fp, ttl, retention)
-  if redis.call('SET', key, 'C|' .. token .. '|' .. fp .. '|1', 'NX', 'PX', ttl) then
-    return 1
-  end
-  local v = redis.call('GET', key)
-  if not v then  -- not reachable (a script sees no key expire), kept for safety
+local function claim(key, v, token, fp, ttl, retention)
+  if not v then
     redis.call('SET', key, 'C|' .. token .. '|' .. fp .. '|1', 'PX', ttl)
     return 1
   end
@@ -65,12 +62,11 @@ local function claim(key, token, fp, ttl, retention)
 end
 """
 
-# commit(key, token, fingerprint, retention ms). Owner only: CONSUMING → CONSUMED. A
-# record lost with the server (restart without persistence) is written again, since the
-# effect happened. → 1 committed (or already), 0 the claim belongs to someone else.
+# commit(key, value, token, fingerprint, retention ms). Owner only: CONSUMING → CONSUMED.
+# A record lost with the server (restart without persistence) is written again, since
+# the effect happened. → 1 committed (or already), 0 the claim belongs to someone else.
 _COMMIT_FN = """
-local function commit(key, token, fp, retention)
-  local v = redis.call('GET', key)
+local function commit(key, v, token, fp, retention)
   local mine = 'C|' .. token .. '|'
   if v and string.sub(v, 1, #mine) == mine then
     redis.call('SET', key, 'D' .. string.sub(v, 2), 'PX', retention)
@@ -87,10 +83,10 @@ local function commit(key, token, fp, retention)
 end
 """
 
-# release(key, token). Owner only: delete a CONSUMING record. → 1 released, 0 not ours.
+# release(key, value, token). Owner only: delete a CONSUMING record. → 1 released, 0 not
+# ours.
 _RELEASE_FN = """
-local function release(key, token)
-  local v = redis.call('GET', key)
+local function release(key, v, token)
   local mine = 'C|' .. token .. '|'
   if v and string.sub(v, 1, #mine) == mine then
     return redis.call('DEL', key)
@@ -99,21 +95,31 @@ local function release(key, token)
 end
 """
 
-# Single key: KEYS[1]; ARGV: token, fingerprint, CONSUMING ttl ms, retention ms.
-CLAIM = _CLAIM_FN + "return claim(KEYS[1], ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4]))"
+# Single key: KEYS[1]; ARGV: token, fingerprint, CONSUMING ttl ms, retention ms. A new key
+# is one SET NX; only an existing one is read.
+CLAIM = (
+    _CLAIM_FN
+    + """
+local record = 'C|' .. ARGV[1] .. '|' .. ARGV[2] .. '|1'
+if redis.call('SET', KEYS[1], record, 'NX', 'PX', ARGV[3]) then return 1 end
+return claim(KEYS[1], redis.call('GET', KEYS[1]), ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4]))
+"""
+)
 # KEYS[1]; ARGV: token, retention ms, fingerprint.
-COMMIT = _COMMIT_FN + "return commit(KEYS[1], ARGV[1], ARGV[3], ARGV[2])"
+COMMIT = (
+    _COMMIT_FN + "return commit(KEYS[1], redis.call('GET', KEYS[1]), ARGV[1], ARGV[3], ARGV[2])"
+)
 # KEYS[1]; ARGV: token.
-RELEASE = _RELEASE_FN + "return release(KEYS[1], ARGV[1])"
+RELEASE = _RELEASE_FN + "return release(KEYS[1], redis.call('GET', KEYS[1]), ARGV[1])"
 
 # Batches: KEYS[1..n]; ARGV: the shared values, then the per-key ones → one reply per key.
 # ARGV: CONSUMING ttl ms, retention ms, then token, fingerprint per key.
 CLAIM_MANY = (
     _CLAIM_FN
     + """
-local out, retention = {}, tonumber(ARGV[2])
+local values, out, retention = redis.call('MGET', unpack(KEYS)), {}, tonumber(ARGV[2])
 for i = 1, #KEYS do
-  out[i] = claim(KEYS[i], ARGV[2 * i + 1], ARGV[2 * i + 2], ARGV[1], retention)
+  out[i] = claim(KEYS[i], values[i], ARGV[2 * i + 1], ARGV[2 * i + 2], ARGV[1], retention)
 end
 return out
 """
@@ -122,9 +128,9 @@ return out
 COMMIT_MANY = (
     _COMMIT_FN
     + """
-local out = {}
+local values, out = redis.call('MGET', unpack(KEYS)), {}
 for i = 1, #KEYS do
-  out[i] = commit(KEYS[i], ARGV[2 * i], ARGV[2 * i + 1], ARGV[1])
+  out[i] = commit(KEYS[i], values[i], ARGV[2 * i], ARGV[2 * i + 1], ARGV[1])
 end
 return out
 """
@@ -133,9 +139,9 @@ return out
 RELEASE_MANY = (
     _RELEASE_FN
     + """
-local out = {}
+local values, out = redis.call('MGET', unpack(KEYS)), {}
 for i = 1, #KEYS do
-  out[i] = release(KEYS[i], ARGV[i])
+  out[i] = release(KEYS[i], values[i], ARGV[i])
 end
 return out
 """
