@@ -36,6 +36,11 @@ import redis
 from redis.cluster import ClusterNode, RedisCluster
 from redis.exceptions import ConnectionError, NoScriptError, ResponseError, TimeoutError
 
+try:  # a dependency of idemp; redis-py packs through it too, one argument at a time
+    from hiredis import pack_command as _hiredis_pack
+except ImportError:  # pragma: no cover - depends on the environment
+    _hiredis_pack = None  # type: ignore[assignment]
+
 CLUSTER_SCHEMES = ("redis+cluster", "rediss+cluster")
 #: URL schemes the Redis strategies accept (the config picks a Redis strategy for them).
 SCHEMES = ("redis", "rediss", "unix", *CLUSTER_SCHEMES)
@@ -138,7 +143,8 @@ class _Held:
 
 
 class Commands:
-    """Single commands for the strategies' hot path: ``commands("EVALSHA", …)``.
+    """Single commands for the strategies' hot path: ``commands("EVALSHA", …)`` (the
+    command name one word; arguments ``str``, ``bytes`` or numbers).
 
     Standalone server: on a connection this thread holds (see the module docstring),
     checked before each command the way redis-py checks one at checkout (readable while
@@ -183,7 +189,10 @@ class Commands:
 
         def once() -> Any:
             try:
-                conn.send_command(*args)
+                if _hiredis_pack is not None:  # one C call for the whole command
+                    conn.send_packed_command([_hiredis_pack(args)])
+                else:
+                    conn.send_command(*args)
                 return conn.read_response()
             except ResponseError:  # a whole error reply was read: the connection is fine
                 raise
