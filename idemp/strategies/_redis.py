@@ -146,7 +146,9 @@ class Commands:
     """Single commands for the strategies' hot path: ``commands("EVALSHA", …)`` (the
     command name one word; arguments ``str``, ``bytes`` or numbers).
 
-    Standalone server: on a connection this thread holds (see the module docstring),
+    Standalone server: on a connection this thread holds (see the module docstring;
+    at most half of the pool's ``max_connections`` are held, so the pool never runs
+    dry for other callers: threads beyond that use the client's own path),
     checked before each command the way redis-py checks one at checkout (readable while
     idle = closed by the server, e.g. a restart, an idle timeout or CLIENT KILL, or a reply
     left unread: reconnect), and run under the connection's retry policy (none for a
@@ -156,10 +158,10 @@ class Commands:
     def __init__(self, client: Any) -> None:
         self.client = client
         pool = getattr(client, "connection_pool", None)
-        # RESP3 clients may get pushes (client-side caching invalidations, maintenance
-        # notifications) on an idle connection: left to redis-py's own command path.
+        # Left to redis-py's own command path: RESP3 clients, which may get pushes
+        # (client-side caching, maintenance notifications) on an idle connection.
         self._direct = (
-            pool is not None
+            isinstance(pool, redis.ConnectionPool)
             and not is_cluster(client)
             and str(pool.connection_kwargs.get("protocol") or 2) == "2"
             and getattr(pool, "cache", None) is None
@@ -168,19 +170,23 @@ class Commands:
         self._held: weakref.WeakSet[_Held] = weakref.WeakSet()
         self._lock = threading.Lock()
 
-    def _holding(self) -> _Held:
+    def _holding(self) -> _Held | None:
         held: _Held | None = getattr(self._local, "held", None)
         if held is None or held.conn is None or held.generation != _generation:
-            held = _Held(self.client.connection_pool)
-            self._local.held = held
+            pool = self.client.connection_pool
             with self._lock:
+                if len(self._held) >= pool.max_connections // 2:
+                    return None
+                held = _Held(pool)
                 self._held.add(held)
+            self._local.held = held
         return held
 
     def __call__(self, *args: Any) -> Any:
-        if not self._direct:
+        held = self._holding() if self._direct else None
+        if held is None:
             return self.client.execute_command(*args)
-        conn = self._holding().conn
+        conn = held.conn
         try:
             if conn.can_read():
                 raise ConnectionError("idle connection has unread data")

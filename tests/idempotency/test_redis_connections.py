@@ -10,6 +10,7 @@ import threading
 import uuid
 from typing import Any
 
+import pytest
 import redis
 
 from idemp import Message, Outcome, idempotent
@@ -145,4 +146,54 @@ def test_client_decoding_responses_reads_the_same(redis_server: Any):
     assert runs == ["a", "b", "locked"]
     lock.close()
     flag.close()
+    client.close()
+
+
+@pytest.mark.parametrize("kind, threads", [("plain", 4), ("blocking", 6)])
+def test_a_bounded_pool_is_never_drained_by_held_connections(
+    redis_server: Any, kind: str, threads: int
+):
+    """Threads hold at most half of ``max_connections``; the others check one out per
+    command, as redis-py does, so a pool of four serves four threads plus the main
+    thread's reads (a plain pool raises at its limit), or six threads that wait their
+    turn (a blocking pool): both would fail if every thread kept one."""
+    if kind == "plain":
+        pool: redis.ConnectionPool = redis.ConnectionPool.from_url(
+            redis_server.url, max_connections=4
+        )
+    else:
+        pool = redis.BlockingConnectionPool.from_url(redis_server.url, max_connections=4, timeout=5)
+    client = redis.Redis(connection_pool=pool)
+    strategy = RedisFlag(client, prefix=f"t{uuid.uuid4().hex[:8]}")
+
+    @idempotent(key="keys", strategy=strategy, namespace="g/Orders")
+    def handle(message: Message) -> None:
+        return None
+
+    halfway = threading.Barrier(threads + 1)
+    go_on = threading.Event()
+    outcomes: list[Outcome] = []
+
+    def worker(n: int) -> None:
+        for i in range(100):
+            if i == 50:
+                halfway.wait(30)
+                go_on.wait(30)
+            outcomes.append(handle(_msg(f"w{n}-{i}")).outcome)
+            outcomes.append(handle(_msg(f"w{n}-{i}")).outcome)
+
+    workers = [threading.Thread(target=worker, args=(n,)) for n in range(threads)]
+    for t in workers:
+        t.start()
+    halfway.wait(30)  # every worker has run 50 messages and still lives
+    assert len(strategy._commands._held) == 2
+    record = strategy.get("g/Orders", "w0-0")  # the main thread still gets a connection
+    assert record is not None and record.status == "CONSUMED"
+    go_on.set()
+    for t in workers:
+        t.join(60)
+    assert outcomes.count(Outcome.PROCESSED) == 100 * threads
+    assert outcomes.count(Outcome.DUPLICATE) == 100 * threads
+    assert len(strategy._commands._held) == 0  # given back as each thread ended
+    strategy.close()
     client.close()
