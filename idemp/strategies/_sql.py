@@ -23,11 +23,16 @@ def valid_identifier(name: str) -> str:
     return name
 
 
-def make_engine(url: str, lock_timeout_s: float, pool_size: int) -> Engine:
+def make_engine(
+    url: str, lock_timeout_s: float, pool_size: int, *, autocommit: bool = False
+) -> Engine:
     """An engine for a URL. SQLite: WAL (readers never wait for the writer) and a busy
     timeout of ``lock_timeout_s``. Others: a pool without ``pool_pre_ping`` (a ping is a
     round trip per checkout); a connection that died in the pool fails its first statement,
-    which the strategies map to a store error, and SQLAlchemy then invalidates the pool."""
+    which the strategies map to a store error, and SQLAlchemy then invalidates the pool.
+    ``autocommit`` (not SQLite): every connection in autocommit mode from the start, for
+    callers that only run single statements: ``execution_options(isolation_level=…)``
+    instead switches the mode at every checkout and back at every return."""
     parsed = sa.make_url(url)
     if parsed.get_backend_name() == "sqlite":
         engine = sa.create_engine(
@@ -46,8 +51,9 @@ def make_engine(url: str, lock_timeout_s: float, pool_size: int) -> Engine:
     if parsed.get_backend_name() == "postgresql":
         # The lock timeout as a session setting at connect time: no SET per transaction.
         connect_args["options"] = f"-c lock_timeout={int(lock_timeout_s * 1000)}"
+    options: dict[str, Any] = {"isolation_level": "AUTOCOMMIT"} if autocommit else {}
     return sa.create_engine(
-        url, pool_size=pool_size, max_overflow=pool_size, connect_args=connect_args
+        url, pool_size=pool_size, max_overflow=pool_size, connect_args=connect_args, **options
     )
 
 

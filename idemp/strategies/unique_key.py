@@ -108,7 +108,9 @@ class UniqueKeyTable(ClaimStrategy):
         super().__init__(deadline_s=deadline_s, retention_s=retention_s)
         self._owns_engine = isinstance(engine, str)
         if isinstance(engine, str):
-            engine = self._make_engine(engine, lock_timeout_s, pool_size)
+            # Not transactional: every statement stands alone, so the engine is made in
+            # autocommit mode (no mode switch per checkout; the DDL and purge need none).
+            engine = make_engine(engine, lock_timeout_s, pool_size, autocommit=not transactional)
         self.engine: Engine = engine
         self.dialect = engine.dialect.name
         self.table = make_table(table)
@@ -117,6 +119,8 @@ class UniqueKeyTable(ClaimStrategy):
         if self.dialect == "sqlite":
             _install_sqlite_begin(engine)
             self._auto = engine
+        elif self._owns_engine and not transactional:
+            self._auto = engine  # made in autocommit mode
         else:
             # One round trip per statement: no BEGIN/COMMIT around single-row writes.
             self._auto = engine.execution_options(isolation_level="AUTOCOMMIT")
@@ -127,10 +131,6 @@ class UniqueKeyTable(ClaimStrategy):
         self._mark_consumed, self._release_mine = self._finish_statements()
         if create:
             self.create()
-
-    @staticmethod
-    def _make_engine(url: str, lock_timeout_s: float, pool_size: int) -> Engine:
-        return make_engine(url, lock_timeout_s, pool_size)
 
     def __repr__(self) -> str:
         return (
