@@ -43,11 +43,18 @@ except ImportError:  # pragma: no cover - depends on the environment
     _prom = None
 
 
+_children: dict[tuple[str, str], Any] = {}  # labelled Prometheus counters, looked up once
+
+
 def incr(listener: str, event: str, n: int = 1) -> None:
+    key = (listener, event)
     with _lock:
-        _counts[(listener, event)] += n
+        _counts[key] += n
     if _prom is not None:
-        _prom.labels(listener, event).inc(n)
+        child = _children.get(key)
+        if child is None:  # two threads may both look it up: labels() gives the same one
+            child = _children[key] = _prom.labels(listener, event)
+        child.inc(n)
 
 
 def stats(listener: str | None = None) -> dict[str, int]:
