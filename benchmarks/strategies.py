@@ -8,6 +8,7 @@ Every path runs in interleaved rounds (``interleaved``), median round reported.
 Redis: ``RedisFlag`` (new key, duplicate, pipelined batch of 32) vs ``SET NX PX`` then
 ``SET XX EX`` with redis-py, and AWS Powertools' ``idempotent_function`` with its Redis
 persistence layer on the same server (when ``aws-lambda-powertools`` is installed).
+``RedissonLock`` per message against python-redis-lock's ``Lock`` (acquire + release).
 PostgreSQL: ``UniqueKeyTable`` vs a bare INSERT then UPDATE (autocommit). Servers are
 started on free loopback ports (``tests/servers.py``).
 """
@@ -98,6 +99,7 @@ def bench_redis(url: str, n: int, rounds: int = 10) -> dict[str, float]:
         "idemp_batch32_new_us": batches,
     }
     paths.update(powertools_paths(client, n, run))
+    paths.update(lock_paths(client, n, run))
     raw(n, 200)  # warm up connections and scripts
     handle(Message("T", b"{}", keys=("warm",), msg_id="w"))
     handle_batch([Message("T", b"{}", keys=("warm",), msg_id="w")])
@@ -140,6 +142,45 @@ def powertools_paths(client: redis.Redis, n: int, run: str) -> dict[str, Path]:
 
     handle(order={"key": "warm"})
     return {"powertools_new_key_us": new, "powertools_duplicate_us": new}
+
+
+def lock_paths(client: redis.Redis, n: int, run: str) -> dict[str, Path]:
+    """A lock per message, uncontended: ``RedissonLock`` under ``@idempotent`` (lock
+    script, handler, fencing check and unlock script; one shared watchdog thread) against
+    python-redis-lock's ``Lock`` acquire + release, without and with its auto-renewal (a
+    renewal thread per acquisition), on the same server."""
+    import redis_lock
+
+    from idemp.strategies import RedissonLock
+
+    strategy = RedissonLock(client, prefix=f"bench-lock-{run}")
+    msgs = [Message("T", b"{}", keys=(f"l{i}",), msg_id=str(i)) for i in range(n)]
+
+    @idempotent(key="keys", strategy=strategy, namespace=f"bench-lock-{run}")
+    def handle(message: Message) -> None:
+        return None
+
+    def redisson(first: int, count: int) -> None:
+        for m in msgs[first : first + count]:
+            handle(m)
+
+    def python_redis_lock(renew: bool) -> Path:
+        def path(first: int, count: int) -> None:
+            for i in range(first, first + count):
+                lock = redis_lock.Lock(
+                    client, f"prl-{run}-{renew}:{i}", expire=30, auto_renewal=renew
+                )
+                lock.acquire()
+                lock.release()
+
+        return path
+
+    handle(Message("T", b"{}", keys=("warm",), msg_id="w"))
+    return {
+        "redisson_lock_us": redisson,
+        "redis_lock_us": python_redis_lock(False),
+        "redis_lock_renewal_us": python_redis_lock(True),
+    }
 
 
 def bench_postgres(url: str, n: int, rounds: int = 10) -> dict[str, float]:
@@ -392,6 +433,18 @@ def main(argv: list[str]) -> int:
     ):
         if name in r:
             row(label, r[name], f"{r[name] / raw:5.2f}x raw")
+    lock = r["redis_lock_us"]
+    row("python-redis-lock acquire+release", lock)
+    row(
+        "python-redis-lock, auto-renewal",
+        r["redis_lock_renewal_us"],
+        f"{r['redis_lock_renewal_us'] / lock:5.2f}x plain",
+    )
+    row(
+        "RedissonLock (watchdog), decorated",
+        r["redisson_lock_us"],
+        f"{r['redisson_lock_us'] / lock:5.2f}x plain",
+    )
     raw_batch = r["raw_batch32_us"]
     row("raw pipelined 32 (2 pipelines)", raw_batch, f"{raw / raw_batch:5.1f}x faster/msg")
     batch = r["idemp_batch32_new_us"]
