@@ -202,6 +202,8 @@ def unusable(key: str) -> str | None:
     or None: stores take UTF-8 text without NUL (PostgreSQL refuses NUL in text)."""
     if "\x00" in key:
         return f"the key {key[:80]!r} contains a NUL character"
+    if key.isascii():  # the common case, without encoding a copy
+        return None
     try:
         key.encode("utf-8")
     except UnicodeEncodeError as exc:

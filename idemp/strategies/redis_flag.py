@@ -112,40 +112,65 @@ COMMIT = (
 # KEYS[1]; ARGV: token.
 RELEASE = _RELEASE_FN + "return release(KEYS[1], redis.call('GET', KEYS[1]), ARGV[1])"
 
-# Batches: KEYS[1..n]; ARGV: the shared values, then the per-key ones → one reply per key.
-# ARGV: CONSUMING ttl ms, retention ms, then token, fingerprint per key.
+# Batches: KEYS[1..n], one owner token for the whole batch (the batch is one owner), and
+# a fingerprint per key only when some job has one: a handful of arguments instead of two
+# per key to pack, send and turn into Lua strings. One reply per key. A key given twice
+# in one call is claimed once; its repeat gets the stored value (in progress).
+# ARGV: CONSUMING ttl ms, retention ms, token, [fingerprint per key].
 CLAIM_MANY = (
     _CLAIM_FN
     + """
-local values, out, retention = redis.call('MGET', unpack(KEYS)), {}, tonumber(ARGV[2])
+local values, out, seen = redis.call('MGET', unpack(KEYS)), {}, {}
+local ttl, retention, token = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 for i = 1, #KEYS do
-  out[i] = claim(KEYS[i], values[i], ARGV[2 * i + 1], ARGV[2 * i + 2], ARGV[1], retention)
+  local key = KEYS[i]
+  if seen[key] then
+    out[i] = redis.call('GET', key)
+  else
+    seen[key] = true
+    out[i] = claim(key, values[i], token, ARGV[3 + i] or '', ttl, retention)
+  end
 end
 return out
 """
 )
-# ARGV: retention ms, then token, fingerprint per key.
+# ARGV: retention ms, token, [fingerprint per key].
 COMMIT_MANY = (
     _COMMIT_FN
     + """
 local values, out = redis.call('MGET', unpack(KEYS)), {}
 for i = 1, #KEYS do
-  out[i] = commit(KEYS[i], values[i], ARGV[2 * i], ARGV[2 * i + 1], ARGV[1])
+  out[i] = commit(KEYS[i], values[i], ARGV[2], ARGV[2 + i] or '', ARGV[1])
 end
 return out
 """
 )
-# ARGV: token per key.
+# ARGV: token.
 RELEASE_MANY = (
     _RELEASE_FN
     + """
 local values, out = redis.call('MGET', unpack(KEYS)), {}
 for i = 1, #KEYS do
-  out[i] = release(KEYS[i], values[i], ARGV[i])
+  out[i] = release(KEYS[i], values[i], ARGV[1])
 end
 return out
 """
 )
+
+
+def _fingerprints(jobs: Sequence[Job]) -> list[tuple[str, ...]]:
+    """Each key's per-key arguments: its fingerprint when any job has one, else none."""
+    if any(job.fingerprint for job in jobs):
+        return [(job.fingerprint or "",) for job in jobs]
+    return [()] * len(jobs)
+
+
+def _by_token(tickets: Sequence[Ticket]) -> dict[str, list[int]]:
+    """Indices of ``tickets`` per owner token (one group for the tickets of one batch)."""
+    groups: dict[str, list[int]] = {}
+    for i, ticket in enumerate(tickets):
+        groups.setdefault(ticket.token, []).append(i)
+    return groups
 
 
 def _parse(value: bytes | str) -> tuple[str, str, str | None, int]:
@@ -218,16 +243,17 @@ class RedisFlag(ClaimStrategy):
         return self._ticket(job, token, reply)
 
     def begin_many(self, jobs: Sequence[Job]) -> list[Ticket]:
-        tokens = [new_token() for _ in jobs]
-        each = [(token, job.fingerprint or "") for job, token in zip(jobs, tokens)]
+        token = new_token()  # the batch is one owner
         try:
             replies = self._claim_many.per_key(
-                self._names(jobs), (self._consuming_ttl, self._retention), each
+                self._names(jobs),
+                (self._consuming_ttl, self._retention, token),
+                _fingerprints(jobs),
             )
         except RedisError as exc:
             raise StoreError(f"redis batch claim failed: {exc}") from exc
         out = []
-        for job, token, reply in zip(jobs, tokens, replies):
+        for job, reply in zip(jobs, replies):
             # The common answer inline (a new key); the others through _ticket.
             out.append(
                 Ticket(job, Verdict.RUN, token) if reply == 1 else self._ticket(job, token, reply)
@@ -252,14 +278,16 @@ class RedisFlag(ClaimStrategy):
             raise ClaimLost(f"claim on {job.key!r} was taken over before commit")
 
     def commit_many(self, tickets: Sequence[Ticket]) -> None:
-        each = [(t.token, t.job.fingerprint or "") for t in tickets]
-        try:
-            replies = self._commit_many.per_key(
-                self._names([t.job for t in tickets]), (self._retention,), each
-            )
-        except RedisError as exc:
-            raise StoreError(f"redis batch commit failed: {exc}") from exc
-        lost = [t.job.key for t, r in zip(tickets, replies) if r != 1]
+        lost = []
+        for token, group in _by_token(tickets).items():
+            jobs = [tickets[i].job for i in group]
+            try:
+                replies = self._commit_many.per_key(
+                    self._names(jobs), (self._retention, token), _fingerprints(jobs)
+                )
+            except RedisError as exc:
+                raise StoreError(f"redis batch commit failed: {exc}") from exc
+            lost += [job.key for job, r in zip(jobs, replies) if r != 1]
         if lost:
             raise ClaimLost(f"claims taken over before commit: {lost[:5]}")
 
@@ -271,12 +299,12 @@ class RedisFlag(ClaimStrategy):
             raise StoreError(f"redis release failed: {exc}") from exc
 
     def abort_many(self, tickets: Sequence[Ticket], error: BaseException | None) -> None:
-        try:
-            self._release_many.per_key(
-                self._names([t.job for t in tickets]), (), [(t.token,) for t in tickets]
-            )
-        except RedisError as exc:
-            raise StoreError(f"redis batch release failed: {exc}") from exc
+        for token, group in _by_token(tickets).items():
+            jobs = [tickets[i].job for i in group]
+            try:
+                self._release_many.per_key(self._names(jobs), (token,), [()] * len(jobs))
+            except RedisError as exc:
+                raise StoreError(f"redis batch release failed: {exc}") from exc
 
     # -- inspection -------------------------------------------------------------------
     def get(self, namespace: str, key: str) -> Record | None:

@@ -304,3 +304,37 @@ def test_redis_batch_over_several_script_calls_and_after_a_script_flush(make_str
         assert record is not None and record.status == CONSUMED
     strategy.abort_many([held], None)
     assert strategy.get(NS, keys[100]) is None
+
+
+def test_redis_batch_is_one_owner_a_repeated_key_claimed_once_and_fingerprints_kept(
+    make_strategy: Maker,
+):
+    """A batch claims under one owner token. A key given twice in one call is claimed once
+    (the repeat is in progress, not run twice); fingerprints, sent only when a job has
+    one, are stored per key; commits and releases grouped by owner when tickets of two
+    batches come back together."""
+    strategy, _ = make_strategy("redis")
+    jobs = [
+        Job(NS, "f-1", msg("f-1"), "fp-1"),
+        Job(NS, "f-2", msg("f-2")),
+        Job(NS, "f-1", msg("f-1"), "fp-1"),
+    ]
+    first = strategy.begin_many(jobs)
+    assert [t.verdict for t in first] == [Verdict.RUN, Verdict.RUN, Verdict.IN_PROGRESS]
+    assert first[0].token == first[1].token
+    second = strategy.begin_many([Job(NS, "f-3", msg("f-3")), Job(NS, "f-4", msg("f-4"))])
+    assert second[0].token != first[0].token
+
+    strategy.commit_many([first[0], second[0], first[1]])  # two owners in one call
+    strategy.abort_many([second[1]], None)
+
+    stored = {k: strategy.get(NS, k) for k in ("f-1", "f-2", "f-3", "f-4")}
+    assert stored["f-4"] is None
+    assert {k: (r.status, r.fingerprint) for k, r in stored.items() if r} == {
+        "f-1": (CONSUMED, "fp-1"),
+        "f-2": (CONSUMED, None),
+        "f-3": (CONSUMED, None),
+    }
+    assert stored["f-1"].owner == stored["f-2"].owner != stored["f-3"].owner
+    conflict = strategy.begin_many([Job(NS, "f-1", msg("f-1"), "fp-other")])
+    assert [t.verdict for t in conflict] == [Verdict.PAYLOAD_CONFLICT]
