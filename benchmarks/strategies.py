@@ -415,7 +415,7 @@ def main(argv: list[str]) -> int:
     from tests.servers import PostgresServer, RedisServer
 
     def row(label: str, us: float, ratio: str = "") -> None:
-        print(f"  {label:<30}{us:8.1f}  {ratio}")
+        print(f"  {label:<36}{us:8.1f}  {ratio}")
 
     with RedisServer() as rs:
         r = bench_redis(rs.url, args.n)
