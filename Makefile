@@ -27,7 +27,7 @@ RUFF_PATHS  := idemp adapters tests benchmarks fuzz examples chaos docker/check_
 help:
 	@echo "make demo    run the main job on embedded defaults"
 	@echo "make test    lint (ruff, mypy, hadolint) + the whole pytest suite"
-	@echo "make lint    ruff, mypy and hadolint only"
+	@echo "make lint    ruff (lint and format check), mypy and hadolint only"
 	@echo "make bench   run the benchmarks"
 	@echo "make fuzz    coverage-guided fuzzing (atheris) of the codec and the broker dispatch"
 	@echo "make chaos   the full chaos run (faults while consuming; CHAOS_ARGS='--seed 8')"
@@ -70,6 +70,7 @@ $(COMPOSE_STAMP): docker/compose-tool-constraints.txt
 
 lint: $(STAMP) $(COMPOSE_STAMP)
 	$(BIN)/ruff check $(RUFF_PATHS)
+	$(BIN)/ruff format --check $(RUFF_PATHS)
 	$(BIN)/mypy idemp
 	$(BIN)/hadolint --no-color docker/Dockerfile
 	for f in $(COMPOSE_FILES); do $(COMPOSE_VENV)/bin/docker-compose -f $$f config -q; done

@@ -6,8 +6,12 @@ import sys
 
 from benchmarks import broker, reconcile, runners, strategies
 
-SUITES = {"broker": broker.main, "runners": runners.main, "strategies": strategies.main,
-          "reconcile": reconcile.main}
+SUITES = {
+    "broker": broker.main,
+    "runners": runners.main,
+    "strategies": strategies.main,
+    "reconcile": reconcile.main,
+}
 
 
 def main(argv: list[str]) -> int:

@@ -105,8 +105,9 @@ def _warm_producer(producer: Any, topic: str) -> None:
             time.sleep(0.1)
 
 
-def _consume(namesrv: str, topic: str, group: str, expected: int, orderly: bool,
-             timeout: float) -> tuple[float, int]:
+def _consume(
+    namesrv: str, topic: str, group: str, expected: int, orderly: bool, timeout: float
+) -> tuple[float, int]:
     """Time from the first to the last of ``expected`` deliveries (an orderly consumer
     waits ~10 s for its first rebalance lock; that start-up is not throughput)."""
     from rocketmq.client import ConsumeStatus, PushConsumer

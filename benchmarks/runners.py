@@ -195,8 +195,11 @@ def main(argv: list[str]) -> int:
                     rate_o = ours["count"] / max(ours["seconds"], 1e-6)
                     rate_t = theirs["count"] / max(theirs["seconds"], 1e-6)
                     rows.append((rnd, mode, rate_o, rate_t))
-                    print(f"round {rnd} {mode}: idemp {rate_o:,.0f} msg/s, official "
-                          f"{rate_t:,.0f} msg/s, ratio {rate_o / rate_t:.2f}", flush=True)
+                    print(
+                        f"round {rnd} {mode}: idemp {rate_o:,.0f} msg/s, official "
+                        f"{rate_t:,.0f} msg/s, ratio {rate_o / rate_t:.2f}",
+                        flush=True,
+                    )
         finally:
             broker.stop()
     print(

@@ -93,8 +93,13 @@ class Consumers:
             body = json.loads(message.body)
             ctx.connection.execute(
                 EFFECTS.insert().values(
-                    topic=PAY_TOPIC, key=message.key, entity=body["id"], n=0, gap=False,
-                    pid=pid, msg_id=message.msg_id,
+                    topic=PAY_TOPIC,
+                    key=message.key,
+                    entity=body["id"],
+                    n=0,
+                    gap=False,
+                    pid=pid,
+                    msg_id=message.msg_id,
                 )
             )
 
@@ -103,21 +108,25 @@ class Consumers:
             body = json.loads(message.body)
             stream, n = body["stream"], int(body["n"])
             with engine.begin() as conn:  # cursor and effect: one transaction
-                conn.execute(pg_insert(CURSORS).values(stream=stream, last=-1)
-                             .on_conflict_do_nothing())
+                conn.execute(
+                    pg_insert(CURSORS).values(stream=stream, last=-1).on_conflict_do_nothing()
+                )
                 last = conn.execute(
                     sa.select(CURSORS.c.last).where(CURSORS.c.stream == stream).with_for_update()
                 ).scalar_one()
                 if n <= last:  # applied already: the flag did not know (crash, lost flag)
                     self.cursor_repeats += 1
                     return
-                conn.execute(
-                    sa.update(CURSORS).where(CURSORS.c.stream == stream).values(last=n)
-                )
+                conn.execute(sa.update(CURSORS).where(CURSORS.c.stream == stream).values(last=n))
                 conn.execute(
                     EFFECTS.insert().values(
-                        topic=SEQ_TOPIC, key=message.key, entity=stream, n=n, gap=n != last + 1,
-                        pid=pid, msg_id=message.msg_id,
+                        topic=SEQ_TOPIC,
+                        key=message.key,
+                        entity=stream,
+                        n=n,
+                        gap=n != last + 1,
+                        pid=pid,
+                        msg_id=message.msg_id,
                     )
                 )
 
@@ -144,15 +153,22 @@ class Consumers:
                 handle.update(state=body["state"])
             ctx.connection.execute(
                 EFFECTS.insert().values(
-                    topic=RIDES_TOPIC, key=message.key, entity=body["order"],
-                    n=RIDE_STATES.index(body["state"]), gap=False, pid=pid,
+                    topic=RIDES_TOPIC,
+                    key=message.key,
+                    entity=body["order"],
+                    n=RIDE_STATES.index(body["state"]),
+                    gap=False,
+                    pid=pid,
                     msg_id=message.msg_id,
                 )
             )
 
         client = ClientSettings(
-            namesrv_addr=namesrv, rebalance_interval=2.0, persist_offset_interval=1.0,
-            heartbeat_interval=5.0, route_refresh_interval=5.0,
+            namesrv_addr=namesrv,
+            rebalance_interval=2.0,
+            persist_offset_interval=1.0,
+            heartbeat_interval=5.0,
+            route_refresh_interval=5.0,
         )
 
         def settings(group: str, orderly: bool) -> ConsumerSettings:

@@ -54,8 +54,14 @@ def export_inputs(workdir: Path, store: Path, pg_url: str, redis_url: str) -> li
     inputs = workdir / "reconcile-inputs"
     inputs.mkdir(parents=True, exist_ok=True)
     export(store, inputs / "history.parquet")
-    argv = ["--history", str(inputs / "history.parquet"), "--redis-prefix", REDIS_PREFIX,
-            "--offsets", str(store / "config" / "consumerOffset.json")]
+    argv = [
+        "--history",
+        str(inputs / "history.parquet"),
+        "--redis-prefix",
+        REDIS_PREFIX,
+        "--offsets",
+        str(store / "config" / "consumerOffset.json"),
+    ]
     # An empty export is refused by the job (an empty input is a bad input); the Redis
     # flags are empty when Redis restarted after the last stream event.
     if export_sql_table(pg_url, DEDUP_TABLE, inputs / "records.parquet"):
@@ -68,10 +74,13 @@ def export_inputs(workdir: Path, store: Path, pg_url: str, redis_url: str) -> li
             for topic, group in SUBSCRIPTIONS:
                 keys = conn.execute(sa.select(EFFECTS.c.key).where(EFFECTS.c.topic == topic))
                 path = inputs / f"effects-{group}.parquet"
-                pq.write_table(pa.table({"key": pa.array([k for (k,) in keys], pa.string())}),
-                               path)
-                argv += ["--effects", f"{path}:key:{group}/{topic}",
-                         "--subscription", f"{topic}@{group}"]
+                pq.write_table(pa.table({"key": pa.array([k for (k,) in keys], pa.string())}), path)
+                argv += [
+                    "--effects",
+                    f"{path}:key:{group}/{topic}",
+                    "--subscription",
+                    f"{topic}@{group}",
+                ]
     finally:
         engine.dispose()
     return argv
@@ -80,15 +89,31 @@ def export_inputs(workdir: Path, store: Path, pg_url: str, redis_url: str) -> li
 def reconcile(workdir: Path, store: Path, pg_url: str, redis_url: str) -> Reconciled:
     """Export, then run the job; the broker must be stopped (its store is read directly)."""
     out = workdir / "reconcile-report"
-    argv = [sys.executable, "-m", "idemp.reconcile", *export_inputs(workdir, store, pg_url,
-                                                                   redis_url),
-            "--out", str(out), "--master", "local[2]", "--shuffle-partitions", "4",
-            "--no-progress"]
+    argv = [
+        sys.executable,
+        "-m",
+        "idemp.reconcile",
+        *export_inputs(workdir, store, pg_url, redis_url),
+        "--out",
+        str(out),
+        "--master",
+        "local[2]",
+        "--shuffle-partitions",
+        "4",
+        "--no-progress",
+    ]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "SPARK_LOCAL_IP": "127.0.0.1"}
     with open(workdir / "reconcile.log", "w", encoding="utf-8") as log:
         try:
-            code = subprocess.run(argv, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=ROOT,
-                                  timeout=RECONCILE_TIMEOUT_S, check=False).returncode
+            code = subprocess.run(
+                argv,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                cwd=ROOT,
+                timeout=RECONCILE_TIMEOUT_S,
+                check=False,
+            ).returncode
         except subprocess.TimeoutExpired:
             return Reconciled(-1, error=f"reconciliation exceeded {RECONCILE_TIMEOUT_S:.0f} s")
     summary = out / "summary.json"
@@ -96,5 +121,8 @@ def reconcile(workdir: Path, store: Path, pg_url: str, redis_url: str) -> Reconc
         tail = (workdir / "reconcile.log").read_text(errors="replace")[-2000:]
         return Reconciled(code, error=f"no summary.json (exit {code}):\n{tail}")
     data = json.loads(summary.read_text())
-    return Reconciled(code, {k: int(v) for k, v in data["counts"].items()
-                             if isinstance(v, (int, float))}, out / "report.html")
+    return Reconciled(
+        code,
+        {k: int(v) for k, v in data["counts"].items() if isinstance(v, (int, float))},
+        out / "report.html",
+    )

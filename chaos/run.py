@@ -75,7 +75,11 @@ class Worker:
     def start(self) -> Worker:
         with open(self.log_path, "a", encoding="utf-8") as log:
             self.proc = subprocess.Popen(
-                self.cmd, stdout=subprocess.PIPE, stderr=log, text=True, cwd=ROOT,
+                self.cmd,
+                stdout=subprocess.PIPE,
+                stderr=log,
+                text=True,
+                cwd=ROOT,
                 env={**os.environ, "PYTHONPATH": str(ROOT)},
                 preexec_fn=die_with_parent(signal.SIGKILL),
             )
@@ -88,8 +92,9 @@ class Worker:
         if not line.startswith("worker started"):
             self.kill()
             tail = self.log_path.read_text(errors="replace")[-3000:]
-            raise RuntimeError(f"consumer {self.slot} did not start in {WORKER_START_S:.0f} s:\n"
-                               f"{tail}")
+            raise RuntimeError(
+                f"consumer {self.slot} did not start in {WORKER_START_S:.0f} s:\n{tail}"
+            )
         return self
 
     @property
@@ -161,9 +166,14 @@ class Figures:
         if self.reconcile_exit is None:
             return True
         r = self.reconciled or {}
-        return (self.reconcile_exit == 0 and r.get("keys") == self.messages
-                and r.get("doubled", -1) == 0 and r.get("lost", -1) == 0
-                and r.get("stuck", -1) == 0 and r.get("effect_missing", -1) == 0)
+        return (
+            self.reconcile_exit == 0
+            and r.get("keys") == self.messages
+            and r.get("doubled", -1) == 0
+            and r.get("lost", -1) == 0
+            and r.get("stuck", -1) == 0
+            and r.get("effect_missing", -1) == 0
+        )
 
     def line(self) -> str:
         return (
@@ -181,10 +191,12 @@ class Figures:
         if self.reconcile_exit is None:
             return ""
         r = self.reconciled or {}
-        return (f"reconciliation (exit {self.reconcile_exit}): keys {r.get('keys')}, doubled "
-                f"{r.get('doubled')}, lost {r.get('lost')}, stuck {r.get('stuck')}, "
-                f"duplicate_absorbed {r.get('duplicate_absorbed')}, record_missing "
-                f"{r.get('record_missing')}, ")
+        return (
+            f"reconciliation (exit {self.reconcile_exit}): keys {r.get('keys')}, doubled "
+            f"{r.get('doubled')}, lost {r.get('lost')}, stuck {r.get('stuck')}, "
+            f"duplicate_absorbed {r.get('duplicate_absorbed')}, record_missing "
+            f"{r.get('record_missing')}, "
+        )
 
 
 class Producers:
@@ -242,8 +254,9 @@ class Producers:
                 break
             except Exception as exc:
                 if time.monotonic() > give_up:
-                    raise RuntimeError(f"send of {s.key} failed for {SEND_GIVE_UP_S:.0f} s: "
-                                       f"{exc}") from exc
+                    raise RuntimeError(
+                        f"send of {s.key} failed for {SEND_GIVE_UP_S:.0f} s: {exc}"
+                    ) from exc
                 with self._lock:
                     self.resends += 1
                 time.sleep(0.2)  # the broker is restarting; bounded by give_up
@@ -266,8 +279,9 @@ def verdict(engine: sa.Engine, plan: Plan, figures: Figures) -> None:
     """Doubled, lost and order violations, from the effects table."""
     with engine.connect() as conn:
         rows = conn.execute(
-            sa.select(EFFECTS.c.topic, EFFECTS.c.key, EFFECTS.c.entity, EFFECTS.c.n,
-                      EFFECTS.c.gap).order_by(EFFECTS.c.id)
+            sa.select(
+                EFFECTS.c.topic, EFFECTS.c.key, EFFECTS.c.entity, EFFECTS.c.n, EFFECTS.c.gap
+            ).order_by(EFFECTS.c.id)
         ).all()
     figures.effects = len(rows)
     applied: collections.Counter[tuple[str, str]] = collections.Counter(
@@ -298,8 +312,11 @@ def _counters(stats_dir: Path) -> tuple[dict[str, int], int]:
         for name, counts in data.items():
             for event, value in counts.items():
                 total[f"{name}.{event}"] += int(value)
-    absorbed = sum(v for k, v in total.items()
-                   if k.endswith((".duplicates", ".guard_drops", "_cursor.repeats")))
+    absorbed = sum(
+        v
+        for k, v in total.items()
+        if k.endswith((".duplicates", ".guard_drops", "_cursor.repeats"))
+    )
     return dict(sorted((k, v) for k, v in total.items() if v)), absorbed
 
 
@@ -321,12 +338,20 @@ def run(
     from tests.servers import PostgresServer, RedisServer
 
     started = time.monotonic()
-    plan = make_plan(messages, seed=seed, kills=kills, broker_restarts=broker_restarts,
-                     redis_restarts=redis_restarts, postgres_restarts=postgres_restarts)
+    plan = make_plan(
+        messages,
+        seed=seed,
+        kills=kills,
+        broker_restarts=broker_restarts,
+        redis_restarts=redis_restarts,
+        postgres_restarts=postgres_restarts,
+    )
     figures = Figures(seed, plan.messages, duplicates_sent=plan.duplicates)
-    say(f"chaos: {plan.messages} messages (+{plan.duplicates} producer duplicates) over "
+    say(
+        f"chaos: {plan.messages} messages (+{plan.duplicates} producer duplicates) over "
         f"{PAY_TOPIC}/{SEQ_TOPIC}/{RIDES_TOPIC}; faults: "
-        + ", ".join(f"{f.kind}@{f.at:.2f}" for f in plan.faults))
+        + ", ".join(f"{f.kind}@{f.at:.2f}" for f in plan.faults)
+    )
     stats_dir = workdir / "stats"
     stats_dir.mkdir(parents=True, exist_ok=True)
     redis = RedisServer(workdir=workdir / "redis")
@@ -346,8 +371,19 @@ def run(
         def spawn(slot: int) -> Worker:
             incarnation[0] += 1
             n = incarnation[0]
-            cmd = [sys.executable, "-m", "chaos.worker", "--namesrv", broker.namesrv_addr,
-                   "--pg", pg.url, "--redis", redis.url, "--stats", str(stats_dir / f"{n}.json")]
+            cmd = [
+                sys.executable,
+                "-m",
+                "chaos.worker",
+                "--namesrv",
+                broker.namesrv_addr,
+                "--pg",
+                pg.url,
+                "--redis",
+                redis.url,
+                "--stats",
+                str(stats_dir / f"{n}.json"),
+            ]
             w = Worker(slot, cmd, stats_dir / f"{n}.json", workdir / f"worker-{n}.log").start()
             workers[slot] = w
             return w
@@ -422,8 +458,11 @@ def run(
                 break
             time.sleep(POLL_S)  # polling the effects table; bounded by the deadline
         figures.faults_pending = len(pending)
-        say(f"  all effects applied after {time.monotonic() - started:.1f}s; stopping consumers"
-            if figures.completed else f"  {figures.notes[-1]}")
+        say(
+            f"  all effects applied after {time.monotonic() - started:.1f}s; stopping consumers"
+            if figures.completed
+            else f"  {figures.notes[-1]}"
+        )
         for w in list(workers.values()):
             w.stop()
         workers.clear()
@@ -440,8 +479,9 @@ def run(
             figures.reconcile_exit, figures.reconciled = rec.exit_code, rec.counts
             if rec.error:
                 figures.notes.append(f"reconciliation: {rec.error}")
-            say(f"  reconciled in {time.monotonic() - t0:.1f}s (Spark start included): "
-                f"{rec.report}")
+            say(
+                f"  reconciled in {time.monotonic() - t0:.1f}s (Spark start included): {rec.report}"
+            )
     finally:
         for w in workers.values():
             w.kill()
@@ -454,8 +494,13 @@ def run(
     return figures
 
 
-FULL = {"messages": 100_000, "kills": 12, "broker_restarts": 3, "redis_restarts": 2,
-        "postgres_restarts": 2}
+FULL = {
+    "messages": 100_000,
+    "kills": 12,
+    "broker_restarts": 3,
+    "redis_restarts": 2,
+    "postgres_restarts": 2,
+}
 FULL_RATE = 200.0
 
 
@@ -474,20 +519,36 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--broker-restarts", type=int, default=FULL["broker_restarts"])
     p.add_argument("--redis-restarts", type=int, default=FULL["redis_restarts"])
     p.add_argument("--postgres-restarts", type=int, default=FULL["postgres_restarts"])
-    p.add_argument("--rate", type=float, default=FULL_RATE,
-                   help="send rate, messages/s (default %(default)s)")
+    p.add_argument(
+        "--rate", type=float, default=FULL_RATE, help="send rate, messages/s (default %(default)s)"
+    )
     p.add_argument("--timeout", type=float, default=3600.0, help="bound on the whole run (s)")
-    p.add_argument("--no-reconcile", action="store_true",
-                   help="skip the Spark reconciliation of the run's data")
-    p.add_argument("--workdir", type=Path, default=None,
-                   help="keep logs and stores here (default: a temporary dir, kept on failure)")
+    p.add_argument(
+        "--no-reconcile",
+        action="store_true",
+        help="skip the Spark reconciliation of the run's data",
+    )
+    p.add_argument(
+        "--workdir",
+        type=Path,
+        default=None,
+        help="keep logs and stores here (default: a temporary dir, kept on failure)",
+    )
     args = p.parse_args(argv)
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="idemp-chaos-"))
-    figures = run(args.messages, seed=args.seed, kills=args.kills,
-                  broker_restarts=args.broker_restarts, redis_restarts=args.redis_restarts,
-                  postgres_restarts=args.postgres_restarts, timeout_s=args.timeout, rate=args.rate,
-                  workdir=workdir, say=lambda s: print(s, flush=True),
-                  reconcile=not args.no_reconcile)
+    figures = run(
+        args.messages,
+        seed=args.seed,
+        kills=args.kills,
+        broker_restarts=args.broker_restarts,
+        redis_restarts=args.redis_restarts,
+        postgres_restarts=args.postgres_restarts,
+        timeout_s=args.timeout,
+        rate=args.rate,
+        workdir=workdir,
+        say=lambda s: print(s, flush=True),
+        reconcile=not args.no_reconcile,
+    )
     print("  counters: " + ", ".join(f"{k} {v}" for k, v in figures.counters.items()))
     for note in figures.notes:
         print(f"  note: {note}")

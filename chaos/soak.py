@@ -77,17 +77,23 @@ class SoakFigures:
 
     @property
     def ok(self) -> bool:
-        return (self.drained and self.doubled == 0 and self.lost == 0
-                and self.order_violations == 0 and not self.failures)
+        return (
+            self.drained
+            and self.doubled == 0
+            and self.lost == 0
+            and self.order_violations == 0
+            and not self.failures
+        )
 
     def line(self) -> str:
         j = self.judged
-        parts = [f"soak {'OK' if self.ok else 'FAILED'}: {self.minutes:g} min at "
-                 f"{self.rate:g} msg/s, messages {self.sent} (+{self.duplicates_sent} "
-                 f"producer duplicates), effects {self.effects}, doubled {self.doubled}, "
-                 f"lost {self.lost}, order violations {self.order_violations}"]
-        for name in ("broker_rss_mb", "consumer_rss_mb", "broker_fds", "consumer_fds",
-                     "p99_ms"):
+        parts = [
+            f"soak {'OK' if self.ok else 'FAILED'}: {self.minutes:g} min at "
+            f"{self.rate:g} msg/s, messages {self.sent} (+{self.duplicates_sent} "
+            f"producer duplicates), effects {self.effects}, doubled {self.doubled}, "
+            f"lost {self.lost}, order violations {self.order_violations}"
+        ]
+        for name in ("broker_rss_mb", "consumer_rss_mb", "broker_fds", "consumer_fds", "p99_ms"):
             if name in j:
                 parts.append(f"{name} {j[name]['first']:.1f}->{j[name]['last']:.1f}")
         parts.append(f"wall {self.wall_s:.0f}s")
@@ -133,14 +139,17 @@ class SteadyProducer:
         from idemp.client import ClientSettings, OutMessage, Producer
 
         self._out = OutMessage
-        self.producer = Producer(namesrv, "soak-producer",
-                                 client=ClientSettings(namesrv_addr=namesrv)).start()
+        self.producer = Producer(
+            namesrv, "soak-producer", client=ClientSettings(namesrv_addr=namesrv)
+        ).start()
         self.rate, self.until = rate, until
         self.sent = {PAY_TOPIC: 0, SEQ_TOPIC: 0}
         self.duplicated = {PAY_TOPIC: 0, SEQ_TOPIC: 0}  # one counter per lane thread
         self.errors: list[BaseException] = []
-        self.threads = [threading.Thread(target=self._lane, args=(t,), daemon=True,
-                                         name=f"soak-{t}") for t in (PAY_TOPIC, SEQ_TOPIC)]
+        self.threads = [
+            threading.Thread(target=self._lane, args=(t,), daemon=True, name=f"soak-{t}")
+            for t in (PAY_TOPIC, SEQ_TOPIC)
+        ]
 
     def start(self) -> None:
         for t in self.threads:
@@ -181,8 +190,9 @@ class SteadyProducer:
         self.producer.shutdown()
 
 
-def judge(windows: list[dict[str, Any]], warmup_s: float, started: float, *,
-          max_load: float | None = None) -> tuple[dict[str, dict[str, float]], list[str]]:
+def judge(
+    windows: list[dict[str, Any]], warmup_s: float, started: float, *, max_load: float | None = None
+) -> tuple[dict[str, dict[str, float]], list[str]]:
     """First third against last third of the windows after the warm-up.
 
     The broker's allowance grows with the messages stored: its consume-queue index is an
@@ -198,10 +208,13 @@ def judge(windows: list[dict[str, Any]], warmup_s: float, started: float, *,
     first, last = steady[:third], steady[-third:]
     judged: dict[str, dict[str, float]] = {}
     failures: list[str] = []
-    stored = (statistics.median(w["stored"] for w in last)
-              - statistics.median(w["stored"] for w in first))
-    for name, allowance in (("broker_rss_mb", stored * INDEX_BYTES / 2**20),
-                            ("consumer_rss_mb", 0.0)):
+    stored = statistics.median(w["stored"] for w in last) - statistics.median(
+        w["stored"] for w in first
+    )
+    for name, allowance in (
+        ("broker_rss_mb", stored * INDEX_BYTES / 2**20),
+        ("consumer_rss_mb", 0.0),
+    ):
         a = statistics.median(w[name] for w in first)
         b = statistics.median(w[name] for w in last)
         bound = a + RSS_BOUND_MB + allowance
@@ -220,12 +233,17 @@ def judge(windows: list[dict[str, Any]], warmup_s: float, started: float, *,
         failures.append(
             f"p99 latency not judged: the machine's 1-minute load was above {limit:g} in "
             f"{len(first) - len(calm_first)} of {len(first)} windows of the first third and "
-            f"{len(last) - len(calm_last)} of {len(last)} of the last")
+            f"{len(last) - len(calm_last)} of {len(last)} of the last"
+        )
         return judged, failures
     a, b = statistics.median(calm_first), statistics.median(calm_last)
     bound = P99_FACTOR * a + P99_SLACK_MS
-    judged["p99_ms"] = {"first": a, "last": b, "bound": bound,
-                        "windows": float(len(calm_first) + len(calm_last))}
+    judged["p99_ms"] = {
+        "first": a,
+        "last": b,
+        "bound": bound,
+        "windows": float(len(calm_first) + len(calm_last)),
+    }
     if b > bound:
         failures.append(f"p99 latency rose {a:.1f} -> {b:.1f} ms (bound {bound:.1f} ms)")
     return judged, failures
@@ -237,22 +255,34 @@ def verdict(engine: sa.Engine, sent: dict[str, int], figures: SoakFigures) -> No
     with engine.connect() as conn:
         figures.effects = conn.execute(sa.select(sa.func.count()).select_from(EFFECTS)).scalar_one()
         per_key = sa.select(e.key, sa.func.count().label("c")).group_by(e.key).subquery()
-        figures.doubled = int(conn.execute(
-            sa.select(sa.func.coalesce(sa.func.sum(per_key.c.c - 1), 0))
-            .where(per_key.c.c > 1)).scalar_one())
+        figures.doubled = int(
+            conn.execute(
+                sa.select(sa.func.coalesce(sa.func.sum(per_key.c.c - 1), 0)).where(per_key.c.c > 1)
+            ).scalar_one()
+        )
         lost = 0
         for topic, n in sent.items():
-            distinct = conn.execute(sa.select(sa.func.count(sa.distinct(e.key)))
-                                    .where(e.topic == topic)).scalar_one()
+            distinct = conn.execute(
+                sa.select(sa.func.count(sa.distinct(e.key))).where(e.topic == topic)
+            ).scalar_one()
             lost += n - distinct
         figures.lost = lost
         figures.order_violations = conn.execute(
-            sa.select(sa.func.count()).select_from(EFFECTS)
-            .where(e.topic == SEQ_TOPIC, e.gap.is_(True))).scalar_one()
+            sa.select(sa.func.count())
+            .select_from(EFFECTS)
+            .where(e.topic == SEQ_TOPIC, e.gap.is_(True))
+        ).scalar_one()
 
 
-def run(minutes: float, *, rate: float, workdir: Path, window_s: float = 10.0,
-        warmup_s: float | None = None, say: Callable[[str], None] = print) -> SoakFigures:
+def run(
+    minutes: float,
+    *,
+    rate: float,
+    workdir: Path,
+    window_s: float = 10.0,
+    warmup_s: float | None = None,
+    say: Callable[[str], None] = print,
+) -> SoakFigures:
     from idemp.broker.process import BrokerProcess
     from tests.servers import PostgresServer, RedisServer
 
@@ -275,9 +305,21 @@ def run(minutes: float, *, rate: float, workdir: Path, window_s: float = 10.0,
         broker.start()
         create_schema(pg.url)
         engine = sa.create_engine(pg.url)
-        cmd = [sys.executable, "-m", "chaos.soak_worker", "--namesrv", broker.namesrv_addr,
-               "--pg", pg.url, "--redis", redis.url, "--stats", str(stats),
-               "--window", str(window_s)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "chaos.soak_worker",
+            "--namesrv",
+            broker.namesrv_addr,
+            "--pg",
+            pg.url,
+            "--redis",
+            redis.url,
+            "--stats",
+            str(stats),
+            "--window",
+            str(window_s),
+        ]
         # Sending first creates the topics, so the consumer finds their routes at once
         # (a consumer of a topic that does not exist yet waits for its route refresh).
         producer = SteadyProducer(broker.namesrv_addr, rate, time.monotonic() + duration)
@@ -290,8 +332,10 @@ def run(minutes: float, *, rate: float, workdir: Path, window_s: float = 10.0,
         worker = Worker(0, cmd, stats, workdir / "worker.log").start()
         assert broker.proc is not None
         bpid = broker.proc.pid
-        say(f"soak: {minutes:g} min at {rate:g} msg/s, window {window_s:g} s, warm-up "
-            f"{warmup:.0f} s; broker pid {bpid}, consumer pid {worker.pid}")
+        say(
+            f"soak: {minutes:g} min at {rate:g} msg/s, window {window_s:g} s, warm-up "
+            f"{warmup:.0f} s; broker pid {bpid}, consumer pid {worker.pid}"
+        )
         tail = _Tail(stats)
         next_sample = time.monotonic() + window_s
         while any(t.is_alive() for t in producer.threads):
@@ -302,16 +346,22 @@ def run(minutes: float, *, rate: float, workdir: Path, window_s: float = 10.0,
                 continue
             next_sample += window_s
             for w in tail.new_lines():
-                w.update(consumer_rss_mb=w.pop("rss_kb") / 1024, consumer_fds=w.pop("fds"),
-                         broker_rss_mb=rss_kb(bpid) / 1024, broker_fds=open_fds(bpid),
-                         load1=os.getloadavg()[0],
-                         stored=sum(producer.sent.values()) + sum(producer.duplicated.values()))
+                w.update(
+                    consumer_rss_mb=w.pop("rss_kb") / 1024,
+                    consumer_fds=w.pop("fds"),
+                    broker_rss_mb=rss_kb(bpid) / 1024,
+                    broker_fds=open_fds(bpid),
+                    load1=os.getloadavg()[0],
+                    stored=sum(producer.sent.values()) + sum(producer.duplicated.values()),
+                )
                 figures.windows.append(w)
                 if len(figures.windows) % max(1, int(60 / window_s)) == 0:
-                    say(f"  [{w['t'] - wall0:5.0f}s] consumed {w['count']:5d}/window, p99 "
+                    say(
+                        f"  [{w['t'] - wall0:5.0f}s] consumed {w['count']:5d}/window, p99 "
                         f"{w['p99']:6.1f} ms, consumer {w['consumer_rss_mb']:.0f} MB "
                         f"{w['consumer_fds']} fds, broker {w['broker_rss_mb']:.0f} MB "
-                        f"{w['broker_fds']} fds")
+                        f"{w['broker_fds']} fds"
+                    )
         if producer.errors:
             raise producer.errors[0]
         figures.sent_by_topic = dict(producer.sent)
@@ -360,13 +410,20 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="idemp-soak-") as tmp:
         workdir = args.workdir or Path(tmp)
-        figures = run(args.minutes, rate=args.rate, workdir=workdir, window_s=args.window,
-                      warmup_s=args.warmup)
+        figures = run(
+            args.minutes,
+            rate=args.rate,
+            workdir=workdir,
+            window_s=args.window,
+            warmup_s=args.warmup,
+        )
     if args.out is not None:
         args.out.write_text("".join(json.dumps(w) + "\n" for w in figures.windows))
     for name, j in figures.judged.items():
-        print(f"  {name}: first third {j['first']:.1f}, last third {j['last']:.1f} "
-              f"(bound {j['bound']:.1f})")
+        print(
+            f"  {name}: first third {j['first']:.1f}, last third {j['last']:.1f} "
+            f"(bound {j['bound']:.1f})"
+        )
     for failure in figures.failures:
         print(f"  FAILED: {failure}")
     print(figures.line(), flush=True)

@@ -94,12 +94,15 @@ class SoakConsumers:
         logging.getLogger("idemp").setLevel(logging.ERROR)
         pid = os.getpid()
         self.latency = Latencies()
-        self.engine = engine = sa.create_engine(pg_url, pool_size=4, max_overflow=4,
-                                                pool_pre_ping=True)
-        self.uk = UniqueKeyTable(pg_url, table=DEDUP_TABLE, transactional=True,
-                                 deadline_s=30.0, retention_s=retention_s)
-        self.flag = RedisFlag(redis_url, prefix=REDIS_PREFIX, deadline_s=30.0,
-                              retention_s=retention_s)
+        self.engine = engine = sa.create_engine(
+            pg_url, pool_size=4, max_overflow=4, pool_pre_ping=True
+        )
+        self.uk = UniqueKeyTable(
+            pg_url, table=DEDUP_TABLE, transactional=True, deadline_s=30.0, retention_s=retention_s
+        )
+        self.flag = RedisFlag(
+            redis_url, prefix=REDIS_PREFIX, deadline_s=30.0, retention_s=retention_s
+        )
         latency = self.latency
 
         def seen(message: Message) -> None:
@@ -108,9 +111,17 @@ class SoakConsumers:
         @idempotent(key="keys", strategy=self.uk, name="soak-pay")
         def pay(message: Message, ctx: Any) -> None:
             seen(message)
-            ctx.connection.execute(EFFECTS.insert().values(
-                topic=PAY_TOPIC, key=message.key, entity=message.key, n=0, gap=False,
-                pid=pid, msg_id=message.msg_id))
+            ctx.connection.execute(
+                EFFECTS.insert().values(
+                    topic=PAY_TOPIC,
+                    key=message.key,
+                    entity=message.key,
+                    n=0,
+                    gap=False,
+                    pid=pid,
+                    msg_id=message.msg_id,
+                )
+            )
 
         @idempotent(key="keys", strategy=self.flag, name="soak-seq")
         def seq(message: Message) -> None:
@@ -118,24 +129,36 @@ class SoakConsumers:
             body = json.loads(message.body)
             stream, n = body["stream"], int(body["n"])
             with engine.begin() as conn:
-                conn.execute(pg_insert(CURSORS).values(stream=stream, last=-1)
-                             .on_conflict_do_nothing())
-                last = conn.execute(sa.select(CURSORS.c.last).where(CURSORS.c.stream == stream)
-                                    .with_for_update()).scalar_one()
+                conn.execute(
+                    pg_insert(CURSORS).values(stream=stream, last=-1).on_conflict_do_nothing()
+                )
+                last = conn.execute(
+                    sa.select(CURSORS.c.last).where(CURSORS.c.stream == stream).with_for_update()
+                ).scalar_one()
                 if n <= last:
                     return  # applied already; the flag had expired or was lost
-                conn.execute(sa.update(CURSORS).where(CURSORS.c.stream == stream)
-                             .values(last=n))
-                conn.execute(EFFECTS.insert().values(
-                    topic=SEQ_TOPIC, key=message.key, entity=stream, n=n, gap=n != last + 1,
-                    pid=pid, msg_id=message.msg_id))
+                conn.execute(sa.update(CURSORS).where(CURSORS.c.stream == stream).values(last=n))
+                conn.execute(
+                    EFFECTS.insert().values(
+                        topic=SEQ_TOPIC,
+                        key=message.key,
+                        entity=stream,
+                        n=n,
+                        gap=n != last + 1,
+                        pid=pid,
+                        msg_id=message.msg_id,
+                    )
+                )
 
         client = ClientSettings(namesrv_addr=namesrv)
         self.runners: list[Any] = []
-        for fn, topic, group, cls in ((pay, PAY_TOPIC, PAY_GROUP, ConcurrentRunner),
-                                      (seq, SEQ_TOPIC, SEQ_GROUP, OrderlyRunner)):
-            settings = ConsumerSettings(group=group, consume_from=ConsumeFrom.FIRST_OFFSET,
-                                        consume_thread_count=4)
+        for fn, topic, group, cls in (
+            (pay, PAY_TOPIC, PAY_GROUP, ConcurrentRunner),
+            (seq, SEQ_TOPIC, SEQ_GROUP, OrderlyRunner),
+        ):
+            settings = ConsumerSettings(
+                group=group, consume_from=ConsumeFrom.FIRST_OFFSET, consume_thread_count=4
+            )
             runner = cls(fn, settings=settings, client=client)
             runner.subscribe(topic)
             self.runners.append(runner)
@@ -176,13 +199,22 @@ def main(argv: list[str] | None = None) -> int:
         while not stop.wait(args.window):
             purged += consumers.purge()
             samples = consumers.latency.take()
-            out.write(json.dumps({
-                "t": time.time(), "count": len(samples),
-                "p50": percentile(samples, 0.50), "p99": percentile(samples, 0.99),
-                "max": samples[-1] if samples else 0.0,
-                "rss_kb": rss_kb(), "fds": open_fds(), "threads": threading.active_count(),
-                "purged": purged,
-            }) + "\n")
+            out.write(
+                json.dumps(
+                    {
+                        "t": time.time(),
+                        "count": len(samples),
+                        "p50": percentile(samples, 0.50),
+                        "p99": percentile(samples, 0.99),
+                        "max": samples[-1] if samples else 0.0,
+                        "rss_kb": rss_kb(),
+                        "fds": open_fds(),
+                        "threads": threading.active_count(),
+                        "purged": purged,
+                    }
+                )
+                + "\n"
+            )
             out.flush()
     consumers.shutdown()
     return 0

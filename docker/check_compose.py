@@ -28,12 +28,13 @@ def check(path: Path) -> list[str]:
         build = svc.get("build") if isinstance(svc, dict) else None
         if isinstance(build, (str, dict)):
             spec = {"context": build} if isinstance(build, str) else build
-            dockerfile = path.parent / spec.get("context", ".") / spec.get("dockerfile",
-                                                                            "Dockerfile")
+            dockerfile = (
+                path.parent / spec.get("context", ".") / spec.get("dockerfile", "Dockerfile")
+            )
             if not dockerfile.is_file():
                 errors.append(f"{where}: build Dockerfile {dockerfile} not found")
         for vol in (svc.get("volumes") or []) if isinstance(svc, dict) else []:
-            source = (vol.get("source", "") if isinstance(vol, dict) else str(vol).split(":")[0])
+            source = vol.get("source", "") if isinstance(vol, dict) else str(vol).split(":")[0]
             if source.startswith(".") and not (path.parent / source).exists():
                 errors.append(f"{where}: bind source {source} not found")
     return errors

@@ -25,7 +25,8 @@ from idemp.strategies import UniqueKeyTable
 TOPIC, GROUP = "OrderCompleted", "loyalty"
 ORDERS = 25
 points = sa.Table(
-    "t_points", sa.MetaData(),
+    "t_points",
+    sa.MetaData(),
     sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
     sa.Column("order_id", sa.String(64), nullable=False, unique=True),
     sa.Column("user_id", sa.String(64), nullable=False),
@@ -43,9 +44,13 @@ def main() -> int:
         @idempotent(key="json:$.order_id", strategy=strategy, name="loyalty")
         def award(message: Message, ctx: Context) -> None:
             order = message.json()
-            ctx.connection.execute(points.insert().values(
-                order_id=order["order_id"], user_id=order["user"],
-                points=order["amount_cents"] // 100))
+            ctx.connection.execute(
+                points.insert().values(
+                    order_id=order["order_id"],
+                    user_id=order["user"],
+                    points=order["amount_cents"] // 100,
+                )
+            )
 
         p = producer(namesrv)
         for i in range(ORDERS):
@@ -56,24 +61,30 @@ def main() -> int:
 
         def rows() -> int:
             with engine.connect() as conn:
-                return int(conn.execute(sa.select(sa.func.count()).select_from(points))
-                           .scalar_one())
+                return int(
+                    conn.execute(sa.select(sa.func.count()).select_from(points)).scalar_one()
+                )
 
         consumer, client = settings(namesrv, GROUP)
         runner = ConcurrentRunner(award, settings=consumer, client=client)
         runner.subscribe(TOPIC)
         runner.start()
         try:
-            wait_until(lambda: rows() == ORDERS and stats("loyalty")["duplicates"] == 7, 60,
-                       "every order's points and the 7 retries")
+            wait_until(
+                lambda: rows() == ORDERS and stats("loyalty")["duplicates"] == 7,
+                60,
+                "every order's points and the 7 retries",
+            )
         finally:
             runner.shutdown()
             strategy.close()
         with engine.connect() as conn:
             total = conn.execute(sa.select(sa.func.sum(points.c.points))).scalar_one()
         c = stats("loyalty")
-        print(f"t_points rows {rows()} for {ORDERS} orders, {total} points; "
-              f"processed {c['processed']}, duplicates absorbed {c['duplicates']}")
+        print(
+            f"t_points rows {rows()} for {ORDERS} orders, {total} points; "
+            f"processed {c['processed']}, duplicates absorbed {c['duplicates']}"
+        )
         return 0 if rows() == ORDERS and total == ORDERS * 42 else 1
 
 

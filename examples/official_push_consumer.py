@@ -68,14 +68,19 @@ def main() -> int:
                 # At least the 4 producer retries are absorbed; the wheel can add more:
                 # a RECONSUME_LATER (a copy found in progress) sends back the rest of its
                 # pull batch too, and those come back as duplicates as well.
-                wait_until(lambda: len(effects) == ORDERS
-                           and stats("official")["duplicates"] >= 4, 60, "every order")
+                wait_until(
+                    lambda: len(effects) == ORDERS and stats("official")["duplicates"] >= 4,
+                    60,
+                    "every order",
+                )
             finally:
                 consumer.shutdown()
                 strategy.close()
     dups = stats("official")["duplicates"]
-    print(f"effects {sum(effects.values())} for {ORDERS} orders; every producer retry "
-          f"absorbed: {dups >= 4} (duplicates absorbed {dups})")
+    print(
+        f"effects {sum(effects.values())} for {ORDERS} orders; every producer retry "
+        f"absorbed: {dups >= 4} (duplicates absorbed {dups})"
+    )
     return 0 if set(effects.values()) == {1} else 1
 
 

@@ -28,17 +28,24 @@ ORDERS = 8
 
 
 def main() -> int:
-    with tempfile.TemporaryDirectory() as tmp, database_url(Path(tmp) / "orders.db") as url, \
-            broker() as namesrv:
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        database_url(Path(tmp) / "orders.db") as url,
+        broker() as namesrv,
+    ):
         strategy = OptimisticVersion(
-            url, table="t_order", on_conflict="drop",
+            url,
+            table="t_order",
+            on_conflict="drop",
             expected_version=lambda m: int(m.json()["version"]),
             entity_id=lambda job: job.message.json()["order"],
         )
         with strategy.engine.begin() as conn:  # the orders exist at version 1 ("created")
             conn.execute(sa.delete(strategy.table))
-            conn.execute(sa.insert(strategy.table), [
-                {"id": f"o-{i}", "version": 1, "state": "created"} for i in range(ORDERS)])
+            conn.execute(
+                sa.insert(strategy.table),
+                [{"id": f"o-{i}", "version": 1, "state": "created"} for i in range(ORDERS)],
+            )
 
         @idempotent(key="keys", strategy=strategy, name="order-status")
         def on_status(message: Message, ctx: Context) -> None:
@@ -65,16 +72,23 @@ def main() -> int:
         runner.subscribe(TOPIC)
         runner.start()
         try:
-            wait_until(lambda: set(states().values()) == {("delivered", 4)}
-                       and stats("order-status")["guard_drops"] == ORDERS, 90,
-                       "every order delivered at version 4")
+            wait_until(
+                lambda: (
+                    set(states().values()) == {("delivered", 4)}
+                    and stats("order-status")["guard_drops"] == ORDERS
+                ),
+                90,
+                "every order delivered at version 4",
+            )
         finally:
             runner.shutdown()
         final = states()
         strategy.close()
     c = stats("order-status")
-    print(f"orders {sorted(set(final.values()))}; updates {c['processed']}, stale dropped "
-          f"{c['guard_drops']}, ahead (came back later) {c['in_progress']}")
+    print(
+        f"orders {sorted(set(final.values()))}; updates {c['processed']}, stale dropped "
+        f"{c['guard_drops']}, ahead (came back later) {c['in_progress']}"
+    )
     return 0 if c["processed"] == ORDERS * len(STEPS) else 1
 
 

@@ -50,14 +50,19 @@ def main() -> int:
         runner.subscribe(TOPIC)
         runner.start()
         try:
-            wait_until(lambda: sum(map(len, seen.values())) == ORDERS * STEPS, 90,
-                       "every step of every order")
+            wait_until(
+                lambda: sum(map(len, seen.values())) == ORDERS * STEPS,
+                90,
+                "every step of every order",
+            )
         finally:
             runner.shutdown()
             strategy.close()
     in_order = all(s == list(range(STEPS)) for s in seen.values())
-    print(f"{len(seen)} orders x {STEPS} steps, each order's steps in send order: {in_order}; "
-          f"duplicates absorbed {stats('order-steps')['duplicates']}")
+    print(
+        f"{len(seen)} orders x {STEPS} steps, each order's steps in send order: {in_order}; "
+        f"duplicates absorbed {stats('order-steps')['duplicates']}"
+    )
     return 0 if in_order and len(seen) == ORDERS else 1
 
 

@@ -26,10 +26,19 @@ from idemp.strategies import UniqueKeyTable
 TOPIC, GROUP = "PaymentRequested", "payments"
 PAYMENTS = 20
 meta = sa.MetaData()
-accounts = sa.Table("t_account", meta, sa.Column("id", sa.String(32), primary_key=True),
-                    sa.Column("balance_cents", sa.Integer, nullable=False))
-charges = sa.Table("t_charge", meta, sa.Column("payment_id", sa.String(64), primary_key=True),
-                   sa.Column("account_id", sa.String(32)), sa.Column("amount_cents", sa.Integer))
+accounts = sa.Table(
+    "t_account",
+    meta,
+    sa.Column("id", sa.String(32), primary_key=True),
+    sa.Column("balance_cents", sa.Integer, nullable=False),
+)
+charges = sa.Table(
+    "t_charge",
+    meta,
+    sa.Column("payment_id", sa.String(64), primary_key=True),
+    sa.Column("account_id", sa.String(32)),
+    sa.Column("amount_cents", sa.Integer),
+)
 
 
 def main() -> int:
@@ -47,11 +56,18 @@ def main() -> int:
         def deduct(message: Message, ctx: Context) -> None:
             p = message.json()
             conn = ctx.connection  # the dedup row commits in this same transaction
-            conn.execute(sa.update(accounts).where(accounts.c.id == p["account"])
-                         .values(balance_cents=accounts.c.balance_cents - p["amount_cents"]))
-            conn.execute(charges.insert().values(payment_id=p["payment_id"],
-                                                 account_id=p["account"],
-                                                 amount_cents=p["amount_cents"]))
+            conn.execute(
+                sa.update(accounts)
+                .where(accounts.c.id == p["account"])
+                .values(balance_cents=accounts.c.balance_cents - p["amount_cents"])
+            )
+            conn.execute(
+                charges.insert().values(
+                    payment_id=p["payment_id"],
+                    account_id=p["account"],
+                    amount_cents=p["amount_cents"],
+                )
+            )
             with lock:
                 if p["payment_id"] == "pay-7" and "pay-7" not in failed_once:
                     failed_once.add("pay-7")  # after the writes: they roll back
@@ -59,8 +75,9 @@ def main() -> int:
 
         def charged() -> int:
             with engine.connect() as conn:
-                return int(conn.execute(sa.select(sa.func.count()).select_from(charges))
-                           .scalar_one())
+                return int(
+                    conn.execute(sa.select(sa.func.count()).select_from(charges)).scalar_one()
+                )
 
         p = producer(namesrv)
         for i in range(PAYMENTS):
@@ -75,17 +92,20 @@ def main() -> int:
         runner.start()
         try:
             wait_until(lambda: charged() == PAYMENTS and bool(failed_once), 60, "every charge")
-            wait_until(lambda: stats("payments")["duplicates"] >= PAYMENTS // 5, 30,
-                       "the producer retries")
+            wait_until(
+                lambda: stats("payments")["duplicates"] >= PAYMENTS // 5, 30, "the producer retries"
+            )
         finally:
             runner.shutdown()
             strategy.close()
         with engine.connect() as conn:
             balance = conn.execute(sa.select(accounts.c.balance_cents)).scalar_one()
         counts = stats("payments")
-        print(f"charges {charged()}, balance {balance} cents "
-              f"(expected {100_000 - PAYMENTS * 1250}); processed {counts['processed']}, "
-              f"duplicates {counts['duplicates']}, failures {counts['failures']}")
+        print(
+            f"charges {charged()}, balance {balance} cents "
+            f"(expected {100_000 - PAYMENTS * 1250}); processed {counts['processed']}, "
+            f"duplicates {counts['duplicates']}, failures {counts['failures']}"
+        )
         ok = charged() == PAYMENTS and balance == 100_000 - PAYMENTS * 1250
         return 0 if ok else 1
 

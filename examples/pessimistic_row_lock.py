@@ -26,11 +26,18 @@ from idemp.strategies import PessimisticRowLock
 TOPIC, GROUP = "ReserveStock", "stock"
 ORDERS, STOCK = 30, 100
 meta = sa.MetaData()
-stock = sa.Table("t_stock", meta, sa.Column("id", sa.String(32), primary_key=True),
-                 sa.Column("qty", sa.Integer, nullable=False, server_default="0"))
-reservations = sa.Table("t_reservation", meta,
-                        sa.Column("order_id", sa.String(32), primary_key=True),
-                        sa.Column("sku", sa.String(32), nullable=False))
+stock = sa.Table(
+    "t_stock",
+    meta,
+    sa.Column("id", sa.String(32), primary_key=True),
+    sa.Column("qty", sa.Integer, nullable=False, server_default="0"),
+)
+reservations = sa.Table(
+    "t_reservation",
+    meta,
+    sa.Column("order_id", sa.String(32), primary_key=True),
+    sa.Column("sku", sa.String(32), nullable=False),
+)
 
 
 def main() -> int:
@@ -40,15 +47,20 @@ def main() -> int:
         meta.create_all(engine)
         with engine.begin() as conn:
             conn.execute(stock.insert().values(id="sku-1", qty=STOCK))
-        strategy = PessimisticRowLock(engine, table="t_stock", lock_timeout_s=5,
-                                      entity_id=lambda job: job.message.json()["sku"])
+        strategy = PessimisticRowLock(
+            engine,
+            table="t_stock",
+            lock_timeout_s=5,
+            entity_id=lambda job: job.message.json()["sku"],
+        )
 
         @idempotent(key="json:$.order", strategy=strategy, name="stock")
         def reserve(message: Message, ctx: Context) -> None:
             r = message.json()
             conn = ctx.connection  # holds the row lock until the pipeline commits
-            seen = conn.execute(sa.select(reservations.c.order_id)
-                                .where(reservations.c.order_id == r["order"])).first()
+            seen = conn.execute(
+                sa.select(reservations.c.order_id).where(reservations.c.order_id == r["order"])
+            ).first()
             if seen is not None:
                 return  # a redelivery: already reserved under an earlier lock
             conn.execute(reservations.insert().values(order_id=r["order"], sku=r["sku"]))
@@ -63,8 +75,9 @@ def main() -> int:
 
         def reserved() -> int:
             with engine.connect() as conn:
-                return int(conn.execute(sa.select(sa.func.count()).select_from(reservations))
-                           .scalar_one())
+                return int(
+                    conn.execute(sa.select(sa.func.count()).select_from(reservations)).scalar_one()
+                )
 
         consumer, client = settings(namesrv, GROUP)
         consumer.consume_thread_count = 8
@@ -72,9 +85,13 @@ def main() -> int:
         runner.subscribe(TOPIC)
         runner.start()
         try:
-            wait_until(lambda: reserved() == ORDERS
-                       and stats("stock")["processed"] == ORDERS + ORDERS // 5, 90,
-                       "every reservation and redelivery")
+            wait_until(
+                lambda: (
+                    reserved() == ORDERS and stats("stock")["processed"] == ORDERS + ORDERS // 5
+                ),
+                90,
+                "every reservation and redelivery",
+            )
         finally:
             runner.shutdown()
         with engine.connect() as conn:
@@ -82,9 +99,11 @@ def main() -> int:
         strategy.close()
         engine.dispose()
     c = stats("stock")
-    print(f"{ORDERS} orders reserved once each, stock left {left} "
-          f"(expected {STOCK - ORDERS}); handler runs {c['processed']}, "
-          f"lock waits that came back later {c['in_progress']}")
+    print(
+        f"{ORDERS} orders reserved once each, stock left {left} "
+        f"(expected {STOCK - ORDERS}); handler runs {c['processed']}, "
+        f"lock waits that came back later {c['in_progress']}"
+    )
     return 0 if left == STOCK - ORDERS else 1
 
 

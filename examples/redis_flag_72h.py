@@ -47,16 +47,21 @@ def main() -> int:
         runner.subscribe(TOPIC)
         runner.start()
         try:
-            wait_until(lambda: len(issued) == COUPONS and stats("coupons")["duplicates"] == 2,
-                       60, "every coupon and both retries")
+            wait_until(
+                lambda: len(issued) == COUPONS and stats("coupons")["duplicates"] == 2,
+                60,
+                "every coupon and both retries",
+            )
         finally:
             runner.shutdown()
         key = strategy.record_key(f"{GROUP}/{TOPIC}", "c-4")
         ttl_h = strategy.client.pttl(key) / 3_600_000
         strategy.close()
-    print(f"issued {sum(issued.values())} coupons for {COUPONS} keys "
-          f"(duplicates absorbed {stats('coupons')['duplicates']}); "
-          f"flag {key} expires in {ttl_h:.2f} h")
+    print(
+        f"issued {sum(issued.values())} coupons for {COUPONS} keys "
+        f"(duplicates absorbed {stats('coupons')['duplicates']}); "
+        f"flag {key} expires in {ttl_h:.2f} h"
+    )
     return 0 if set(issued.values()) == {1} and 71.9 < ttl_h <= 72 else 1
 
 

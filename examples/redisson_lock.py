@@ -60,15 +60,20 @@ def main() -> int:
         runner.subscribe(TOPIC)
         runner.start()
         try:
-            wait_until(lambda: stats("sms")["processed"] == 3 * RIDES, 90,
-                       "every copy handled under the lock")
+            wait_until(
+                lambda: stats("sms")["processed"] == 3 * RIDES,
+                90,
+                "every copy handled under the lock",
+            )
         finally:
             runner.shutdown()
             strategy.close()
     c = stats("sms")
-    print(f"texts sent {sum(texts.values())} to {len(texts)} phones for {RIDES} rides "
-          f"({3 * RIDES} deliveries); waited for the lock and came back later: "
-          f"{c['in_progress']}")
+    print(
+        f"texts sent {sum(texts.values())} to {len(texts)} phones for {RIDES} rides "
+        f"({3 * RIDES} deliveries); waited for the lock and came back later: "
+        f"{c['in_progress']}"
+    )
     return 0 if set(texts.values()) == {1} and len(texts) == RIDES else 1
 
 

@@ -22,8 +22,14 @@ from idemp.guards import RIDE_HAILING_ORDER, SqlStateStore
 from idemp.runners import ConcurrentRunner
 
 TOPIC, GROUP = "RideOrderEvents", "ride-states"
-STATES = ["created", "driver_assigned", "driver_departed", "driver_arrived",
-          "passenger_picked_up", "arrived"]
+STATES = [
+    "created",
+    "driver_assigned",
+    "driver_departed",
+    "driver_arrived",
+    "passenger_picked_up",
+    "arrived",
+]
 ORDERS = 10
 
 
@@ -33,8 +39,13 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp, broker() as namesrv:
         store = SqlStateStore(f"sqlite:///{Path(tmp) / 'rides.db'}")
 
-        @guarded(RIDE_HAILING_ORDER, entity="json:$.order", target="json:$.state", store=store,
-                 name="ride-states")
+        @guarded(
+            RIDE_HAILING_ORDER,
+            entity="json:$.order",
+            target="json:$.state",
+            store=store,
+            name="ride-states",
+        )
         def on_event(message: Message) -> None:
             event = message.json()
             applied.append((event["order"], event["state"]))  # e.g. notify the passenger
@@ -60,9 +71,11 @@ def main() -> int:
         store.close()
     in_order = all([s for o, s in applied if o == f"ride-{i}"] == STATES for i in range(ORDERS))
     c = stats("ride-states")
-    print(f"applied {len(applied)} transitions, every order in the machine's order: {in_order}; "
-          f"final states {sorted(set(final.values()))}; held {c['held']}, "
-          f"dropped {c['guard_drops']}")
+    print(
+        f"applied {len(applied)} transitions, every order in the machine's order: {in_order}; "
+        f"final states {sorted(set(final.values()))}; held {c['held']}, "
+        f"dropped {c['guard_drops']}"
+    )
     return 0 if in_order and set(final.values()) == {"arrived"} else 1
 
 

@@ -183,8 +183,7 @@ class _SqlTx:
         stmt = store._set_from_none if transition.source is None else store._set_from
         done = self.connection.execute(
             stmt,
-            {"b_entity": self.entity, "b_source": transition.source,
-             "b_target": transition.target},
+            {"b_entity": self.entity, "b_source": transition.source, "b_target": transition.target},
         ).rowcount
         if done != 1:
             raise GuardConflict(f"{self.entity!r} left {transition.source!r} concurrently")
@@ -242,10 +241,14 @@ class SqlStateStore:
         # expression per transition cost more CPU than SQLite's UPDATE itself.
         entity_is = t.c[id_column] == sa.bindparam("b_entity")
         new_state: dict[str, Any] = {state_column: sa.bindparam("b_target")}
-        self._set_from = sa.update(t).where(
-            entity_is, t.c[state_column] == sa.bindparam("b_source")).values(new_state)
-        self._set_from_none = sa.update(t).where(
-            entity_is, t.c[state_column].is_(None)).values(new_state)
+        self._set_from = (
+            sa.update(t)
+            .where(entity_is, t.c[state_column] == sa.bindparam("b_source"))
+            .values(new_state)
+        )
+        self._set_from_none = (
+            sa.update(t).where(entity_is, t.c[state_column].is_(None)).values(new_state)
+        )
 
     def open(self, entity: str, connection: Any) -> StateTx:
         joined = (

@@ -72,6 +72,4 @@ def ack_of(result: object) -> bool:
     inner = getattr(result, "consume_result", None)
     if isinstance(inner, ConsumeResult):
         return inner is ConsumeResult.SUCCESS
-    raise TypeError(
-        f"a listener returned {result!r}; expected None, a bool or a ConsumeResult"
-    )
+    raise TypeError(f"a listener returned {result!r}; expected None, a bool or a ConsumeResult")

@@ -666,7 +666,14 @@ class _Idempotent:
         pass_context: bool | None = None,
     ) -> Callable[[Callable[..., Any]], Any]:
         options = _core_options(
-            key, strategy, namespace, group, fingerprint, on_missing_key, dead_letter, name,
+            key,
+            strategy,
+            namespace,
+            group,
+            fingerprint,
+            on_missing_key,
+            dead_letter,
+            name,
             pass_context,
         )
 
@@ -693,7 +700,14 @@ class _Idempotent:
     ) -> Callable[[Callable[..., Any]], IdempotentBatchListener]:
         """The batch form: the handler takes a list of messages (and a list of contexts)."""
         options = _core_options(
-            key, strategy, namespace, group, fingerprint, on_missing_key, dead_letter, name,
+            key,
+            strategy,
+            namespace,
+            group,
+            fingerprint,
+            on_missing_key,
+            dead_letter,
+            name,
             pass_context,
         )
 

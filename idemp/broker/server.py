@@ -122,7 +122,10 @@ class Connection(asyncio.Protocol):
         except AclDenied as exc:
             log.warning(
                 "broker %s: request code %d refused by ACL (accessKey=%s): %s",
-                self.peer, cmd.code, exc.access_key, exc,
+                self.peer,
+                cmd.code,
+                exc.access_key,
+                exc,
             )
             self.reply(
                 cmd.response(ResponseCode.SYSTEM_ERROR, f"{ACL_EXCEPTION_PREFIX}{exc}"),

@@ -487,8 +487,11 @@ class PushConsumer:
         size_limit = s.pull_threshold_size_for_queue_mb * 1024 * 1024
         next_offset = offset
         while not pq.dropped:
-            if (pq.msg_count > s.pull_threshold_for_queue or pq.msg_size > size_limit
-                    or (not self.orderly and pq.max_span > s.consume_concurrently_max_span)):
+            if (
+                pq.msg_count > s.pull_threshold_for_queue
+                or pq.msg_size > size_limit
+                or (not self.orderly and pq.max_span > s.consume_concurrently_max_span)
+            ):
                 await asyncio.sleep(s.pull_time_delay_when_flow_control)
                 continue
             if self.orderly and self.clustering and not pq.locked:

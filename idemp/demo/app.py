@@ -172,8 +172,9 @@ class Consumers:
             persist_offset_interval=1.0,
         )
 
-        def settings(group: str, batch: int, max_reconsume: int,
-                     cached: int = 1000) -> ConsumerSettings:
+        def settings(
+            group: str, batch: int, max_reconsume: int, cached: int = 1000
+        ) -> ConsumerSettings:
             return ConsumerSettings(
                 pull_threshold_for_queue=cached,
                 max_reconsume_times=max_reconsume,

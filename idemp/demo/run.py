@@ -45,32 +45,60 @@ BROKER_LOCK_MS = 3000  # embedded broker's queue-lock expiry (RocketMQ: 60 s)
 def add_arguments(p: argparse.ArgumentParser) -> None:
     # The issue's full run: 10,000 orders, ~140 s here at load 4-7 (docs/performance.md,
     # "Demo"); a heavily loaded machine stretches it (190 s at load 6-9).
-    p.add_argument("--orders", type=int, default=10_000,
-                   help=f"ride-hailing orders (x {len(STATES)} states each); "
-                        "default %(default)s")
+    p.add_argument(
+        "--orders",
+        type=int,
+        default=10_000,
+        help=f"ride-hailing orders (x {len(STATES)} states each); default %(default)s",
+    )
     p.add_argument("--seed", type=int, default=7, help="fault injection seed")
-    p.add_argument("--retry-rate", type=float, default=0.02,
-                   help="share of events the producer sends twice (new msgId)")
-    p.add_argument("--shuffle-rate", type=float, default=0.05,
-                   help="share of dispatch orders whose events are sent out of order")
-    p.add_argument("--kill-at", type=float, default=0.3,
-                   help="SIGKILL the first consumer process after this share of effects")
-    p.add_argument("--report-dir", default="idemp-demo-report",
-                   help="where the reconciliation writes report.html and summary.json")
+    p.add_argument(
+        "--retry-rate",
+        type=float,
+        default=0.02,
+        help="share of events the producer sends twice (new msgId)",
+    )
+    p.add_argument(
+        "--shuffle-rate",
+        type=float,
+        default=0.05,
+        help="share of dispatch orders whose events are sent out of order",
+    )
+    p.add_argument(
+        "--kill-at",
+        type=float,
+        default=0.3,
+        help="SIGKILL the first consumer process after this share of effects",
+    )
+    p.add_argument(
+        "--report-dir",
+        default="idemp-demo-report",
+        help="where the reconciliation writes report.html and summary.json",
+    )
     # A bound for a hung run, not a target: 10,000 orders took 186 s to consume at load
     # ~20 on this 2-core machine.
-    p.add_argument("--timeout", type=float, default=600.0,
-                   help="give up consuming after this many seconds")
+    p.add_argument(
+        "--timeout", type=float, default=600.0, help="give up consuming after this many seconds"
+    )
     b = p.add_argument_group("backends (default: embedded broker and SQLite)")
-    b.add_argument("--db-url", default=None,
-                   help="SQLAlchemy URL for order states, effects and (unless --dedup-url) the "
-                        "unique-key table, e.g. postgresql+psycopg://user@host/db")
-    b.add_argument("--dedup-url", default=None,
-                   help="dedup store: redis://host:6379/0 (Redis flag) or a SQLAlchemy URL")
-    b.add_argument("--namesrv", default=None,
-                   help="a real RocketMQ nameserver HOST:PORT instead of the embedded broker "
-                        "(no history export, so no reconciliation; its queue locks expire "
-                        "after 60 s, so the takeover after the kill is slower)")
+    b.add_argument(
+        "--db-url",
+        default=None,
+        help="SQLAlchemy URL for order states, effects and (unless --dedup-url) the "
+        "unique-key table, e.g. postgresql+psycopg://user@host/db",
+    )
+    b.add_argument(
+        "--dedup-url",
+        default=None,
+        help="dedup store: redis://host:6379/0 (Redis flag) or a SQLAlchemy URL",
+    )
+    b.add_argument(
+        "--namesrv",
+        default=None,
+        help="a real RocketMQ nameserver HOST:PORT instead of the embedded broker "
+        "(no history export, so no reconciliation; its queue locks expire "
+        "after 60 s, so the takeover after the kill is slower)",
+    )
     b.add_argument("--no-reconcile", action="store_true", help="skip the Spark step")
 
 
@@ -133,15 +161,20 @@ def _run(args: argparse.Namespace, tmp: Path, started: float) -> int:
     from idemp.broker.process import BrokerProcess
     from idemp.demo.app import Names
 
-    plan = make_plan(args.orders, seed=args.seed, retry_rate=args.retry_rate,
-                     shuffle_rate=args.shuffle_rate)
+    plan = make_plan(
+        args.orders, seed=args.seed, retry_rate=args.retry_rate, shuffle_rate=args.shuffle_rate
+    )
     shared = args.namesrv is not None or args.db_url is not None or args.dedup_url is not None
     names = Names(secrets.token_hex(3) if shared else "")
     db_url = args.db_url or f"sqlite:///{tmp / 'demo.db'}"
-    _say(f"idemp demo: {plan.orders} ride-hailing orders x {len(STATES)} states "
-         f"= {plan.expected_effects} transitions")
-    _say(f"  store: {_redact(db_url)}; dedup: "
-         f"{_redact(args.dedup_url) if args.dedup_url else 'unique-key table (transactional)'}")
+    _say(
+        f"idemp demo: {plan.orders} ride-hailing orders x {len(STATES)} states "
+        f"= {plan.expected_effects} transitions"
+    )
+    _say(
+        f"  store: {_redact(db_url)}; dedup: "
+        f"{_redact(args.dedup_url) if args.dedup_url else 'unique-key table (transactional)'}"
+    )
     broker: BrokerProcess | None = None
     boot: SparkBoot | None = None
     if args.namesrv is None and not args.no_reconcile:
@@ -152,17 +185,22 @@ def _run(args: argparse.Namespace, tmp: Path, started: float) -> int:
         _say(f"  RocketMQ nameserver: {namesrv} (topics/groups suffixed {names.suffix})")
         lock_expiry = 30.0
     else:
-        broker = BrokerProcess(tmp / "store", properties={
-            "messageDelayLevel": " ".join(["1s"] * 18),  # retries come back after 1 s
-            "rebalanceLockMaxLiveTime": str(BROKER_LOCK_MS),
-            "flushConsumerOffsetInterval": "500",
-        })
+        broker = BrokerProcess(
+            tmp / "store",
+            properties={
+                "messageDelayLevel": " ".join(["1s"] * 18),  # retries come back after 1 s
+                "rebalanceLockMaxLiveTime": str(BROKER_LOCK_MS),
+                "flushConsumerOffsetInterval": "500",
+            },
+        )
         broker.start()
         namesrv = broker.namesrv_addr
         lock_expiry = BROKER_LOCK_MS / 1000 * 0.6
         _say(f"  {broker.ready_line}")
-        _say(f"  (demo settings: delay levels 1 s, queue locks expire after "
-             f"{BROKER_LOCK_MS} ms at the broker instead of 60 s)")
+        _say(
+            f"  (demo settings: delay levels 1 s, queue locks expire after "
+            f"{BROKER_LOCK_MS} ms at the broker instead of 60 s)"
+        )
     try:
         ok = _exchange(args, plan, names, namesrv, db_url, tmp, lock_expiry, boot)
         if broker is not None:
@@ -178,8 +216,10 @@ def _run(args: argparse.Namespace, tmp: Path, started: float) -> int:
     elif args.namesrv:
         _say("reconciliation skipped: a real cluster's history is not exported by the demo")
     good = verdict and reconciled
-    _say(f"demo {'OK' if good else 'FAILED'}: exactly-once effects and per-order state order "
-         f"{'hold' if good else 'do NOT hold'}")
+    _say(
+        f"demo {'OK' if good else 'FAILED'}: exactly-once effects and per-order state order "
+        f"{'hold' if good else 'do NOT hold'}"
+    )
     return 0 if good else 1
 
 
@@ -198,9 +238,15 @@ def _redact(url: str) -> str:
 class Outcome:
     """The effects table read back, and the counters, after consumption."""
 
-    def __init__(self, rows: list[tuple[int, str, str, str, int, str]], tally: Tally,
-                 child_pid: int, killed_at: int, stats: dict[str, int],
-                 per_listener: dict[str, dict[str, int]]) -> None:
+    def __init__(
+        self,
+        rows: list[tuple[int, str, str, str, int, str]],
+        tally: Tally,
+        child_pid: int,
+        killed_at: int,
+        stats: dict[str, int],
+        per_listener: dict[str, dict[str, int]],
+    ) -> None:
         self.rows, self.tally, self.child_pid = rows, tally, child_pid
         self.killed_at, self.stats, self.per_listener = killed_at, stats, per_listener
 
@@ -221,28 +267,52 @@ class Outcome:
         _say("")
         _say("faults injected -> what absorbed them")
         _say(f"  producer retries (same key, new msgId): {plan.producer_retries} extra sends")
-        _say(f"  out-of-order sends: {plan.shuffled_orders} dispatch orders sent shuffled -> "
-             f"guard held {s['held']} early deliveries (reconsume later), applied in order")
-        _say(f"  consumer process {self.child_pid} SIGKILLed after {self.killed_at} effects "
-             f"(it applied {by_child}); {replays} of its messages were redelivered here "
-             f"and absorbed as duplicates")
-        _say(f"  poison message: failed on every delivery up to reconsume_times "
-             f"{self.tally.poison_last_reconsume} (claim released each time), then %DLQ%")
+        _say(
+            f"  out-of-order sends: {plan.shuffled_orders} dispatch orders sent shuffled -> "
+            f"guard held {s['held']} early deliveries (reconsume later), applied in order"
+        )
+        _say(
+            f"  consumer process {self.child_pid} SIGKILLed after {self.killed_at} effects "
+            f"(it applied {by_child}); {replays} of its messages were redelivered here "
+            f"and absorbed as duplicates"
+        )
+        _say(
+            f"  poison message: failed on every delivery up to reconsume_times "
+            f"{self.tally.poison_last_reconsume} (claim released each time), then %DLQ%"
+        )
         _say("  this process: " + ", ".join(f"{k} {v}" for k, v in s.items() if v))
         for name, c in self.per_listener.items():
             _say(f"    {name}: " + ", ".join(f"{k} {v}" for k, v in c.items() if v))
         _say("")
         _say("effects table")
-        _say(f"  effects {len(self.rows)} (expected {plan.expected_effects}), doubled {doubled}, "
-             f"lost {lost}, unexpected {unexpected}, order violations {violations}")
-        self.figures = {"effects": len(self.rows), "doubled": doubled, "lost": lost,
-                        "violations": violations}
-        return (len(self.rows) == plan.expected_effects and doubled == lost == unexpected == 0
-                and violations == 0 and all(len(v) == len(STATES) for v in sequences.values()))
+        _say(
+            f"  effects {len(self.rows)} (expected {plan.expected_effects}), doubled {doubled}, "
+            f"lost {lost}, unexpected {unexpected}, order violations {violations}"
+        )
+        self.figures = {
+            "effects": len(self.rows),
+            "doubled": doubled,
+            "lost": lost,
+            "violations": violations,
+        }
+        return (
+            len(self.rows) == plan.expected_effects
+            and doubled == lost == unexpected == 0
+            and violations == 0
+            and all(len(v) == len(STATES) for v in sequences.values())
+        )
 
 
-def _exchange(args: argparse.Namespace, plan: Plan, names: Any, namesrv: str, db_url: str,
-              tmp: Path, lock_expiry: float, boot: SparkBoot | None) -> Outcome:
+def _exchange(
+    args: argparse.Namespace,
+    plan: Plan,
+    names: Any,
+    namesrv: str,
+    db_url: str,
+    tmp: Path,
+    lock_expiry: float,
+    boot: SparkBoot | None,
+) -> Outcome:
     import sqlalchemy as sa
 
     from idemp.demo.app import Consumers, effects_table
@@ -259,8 +329,19 @@ def _exchange(args: argparse.Namespace, plan: Plan, names: Any, namesrv: str, db
             return int(conn.execute(count_q).scalar_one())
 
     env = dict(os.environ)
-    cmd = [sys.executable, "-m", "idemp.demo.worker", "--namesrv", namesrv, "--db-url", db_url,
-           "--suffix", names.suffix, "--lock-expiry", str(lock_expiry)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "idemp.demo.worker",
+        "--namesrv",
+        namesrv,
+        "--db-url",
+        db_url,
+        "--suffix",
+        names.suffix,
+        "--lock-expiry",
+        str(lock_expiry),
+    ]
     if args.dedup_url:
         cmd += ["--dedup-url", args.dedup_url]
     log = open(tmp / "worker.log", "w", encoding="utf-8")
@@ -304,8 +385,10 @@ def _exchange(args: argparse.Namespace, plan: Plan, names: Any, namesrv: str, db
             child.wait()
         if child.stdout is not None:
             child.stdout.close()
-    _say(f"  consumer process {child.pid} SIGKILLed after {killed_at[0]} effects; "
-         "this process takes over")
+    _say(
+        f"  consumer process {child.pid} SIGKILLed after {killed_at[0]} effects; "
+        "this process takes over"
+    )
 
     tally = Tally()
     consumers = Consumers(namesrv, db_url, args.dedup_url, names, lock_expiry_s=lock_expiry)
@@ -322,20 +405,34 @@ def _exchange(args: argparse.Namespace, plan: Plan, names: Any, namesrv: str, db
             bar.update(n)
             with tally.lock:  # dead-lettered, and no other copy still retrying (a
                 # redelivery after the kill starts a second retry chain of its own)
-                poison_done = (tally.poison_last_reconsume >= MAX_RECONSUME
-                               and time.monotonic() - tally.poison_last_seen > POISON_QUIET_S)
+                poison_done = (
+                    tally.poison_last_reconsume >= MAX_RECONSUME
+                    and time.monotonic() - tally.poison_last_seen > POISON_QUIET_S
+                )
             if n >= plan.expected_effects and poison_done:
                 break
             time.sleep(0.2)  # polling the table, bounded by --timeout
         bar.close()
     finally:
         consumers.shutdown()
-    _say(f"  consumed the rest in {time.monotonic() - t0:.1f}s after the takeover "
-         f"(CPU time of this process {time.process_time() - c0:.1f}s)")
+    _say(
+        f"  consumed the rest in {time.monotonic() - t0:.1f}s after the takeover "
+        f"(CPU time of this process {time.process_time() - c0:.1f}s)"
+    )
     with engine.connect() as conn:
-        rows = [tuple(r) for r in conn.execute(sa.select(
-            table.c.seq, table.c.event_key, table.c.order_id, table.c.state, table.c.pid,
-            table.c.msg_id).where(table.c.order_id != POISON_ORDER))]
+        rows = [
+            tuple(r)
+            for r in conn.execute(
+                sa.select(
+                    table.c.seq,
+                    table.c.event_key,
+                    table.c.order_id,
+                    table.c.state,
+                    table.c.pid,
+                    table.c.msg_id,
+                ).where(table.c.order_id != POISON_ORDER)
+            )
+        ]
     engine.dispose()
     per = {name: istats.stats(name) for name in ("dispatch", "trips")}
     return Outcome(rows, tally, child.pid, killed_at[0], istats.stats(), per)
@@ -349,8 +446,9 @@ def _observe(listener: Callable[[Any], Any], tally: Tally) -> Callable[[Any], An
             outcome = getattr(getattr(result, "outcome", None), "value", "?")
             tally.outcomes[outcome] += 1
             if message.key and message.key.startswith(POISON_ORDER):
-                tally.poison_last_reconsume = max(tally.poison_last_reconsume,
-                                                  message.reconsume_times)
+                tally.poison_last_reconsume = max(
+                    tally.poison_last_reconsume, message.reconsume_times
+                )
                 tally.poison_last_seen = time.monotonic()
         return result
 
@@ -379,8 +477,10 @@ def _produce(plan: Plan, names: Any, namesrv: str) -> None:
 
     def send_dispatch() -> None:  # batches in send order, round robin over the queues
         for i in range(0, len(plan.dispatch), SEND_BATCH):
-            chunk = [OutMessage(names.dispatch_topic, e.body(), tags=e.state, keys=[e.key])
-                     for e in plan.dispatch[i: i + SEND_BATCH]]
+            chunk = [
+                OutMessage(names.dispatch_topic, e.body(), tags=e.state, keys=[e.key])
+                for e in plan.dispatch[i : i + SEND_BATCH]
+            ]
             _retrying(lambda: producer.send_batch(chunk))  # noqa: B023 - called now
             bump(len(chunk))
 
@@ -388,12 +488,18 @@ def _produce(plan: Plan, names: Any, namesrv: str) -> None:
         queues = _retrying(lambda: producer.publish_queues(names.trips_topic))
         per_queue: list[list[OutMessage]] = [[] for _ in queues]
         for e in plan.trips:
-            per_queue[queue_index_for_key(e.order, len(queues))].append(OutMessage(
-                names.trips_topic, e.body(), tags=e.state, keys=[e.key],
-                properties={Prop.SHARDING_KEY: e.order}))
+            per_queue[queue_index_for_key(e.order, len(queues))].append(
+                OutMessage(
+                    names.trips_topic,
+                    e.body(),
+                    tags=e.state,
+                    keys=[e.key],
+                    properties={Prop.SHARDING_KEY: e.order},
+                )
+            )
         for start in range(0, max(map(len, per_queue)), SEND_BATCH):  # queues fill evenly
             for mq, msgs in zip(queues, per_queue):
-                chunk = msgs[start: start + SEND_BATCH]
+                chunk = msgs[start : start + SEND_BATCH]
                 if chunk:
                     _retrying(lambda: producer.send_batch(chunk, mq))  # noqa: B023
                     bump(len(chunk))
@@ -432,8 +538,15 @@ def _retrying(send: Callable[[], Any]) -> Any:
 # -- reconciliation -----------------------------------------------------------------------
 
 
-def _reconcile(args: argparse.Namespace, plan: Plan, names: Any, db_url: str, store: Path,
-               tmp: Path, boot: SparkBoot) -> bool:
+def _reconcile(
+    args: argparse.Namespace,
+    plan: Plan,
+    names: Any,
+    db_url: str,
+    store: Path,
+    tmp: Path,
+    boot: SparkBoot,
+) -> bool:
     import pyarrow as pa
     import pyarrow.parquet as pq
     import sqlalchemy as sa
@@ -457,10 +570,14 @@ def _reconcile(args: argparse.Namespace, plan: Plan, names: Any, db_url: str, st
     engine = sa.create_engine(db_url)
     effects_args: list[str] = []
     with engine.connect() as conn:
-        for topic, group in ((names.dispatch_topic, names.dispatch_group),
-                             (names.trips_topic, names.trips_group)):
-            keys = [r[0] for r in conn.execute(
-                sa.select(table.c.event_key).where(table.c.topic == topic))]
+        for topic, group in (
+            (names.dispatch_topic, names.dispatch_group),
+            (names.trips_topic, names.trips_group),
+        ):
+            keys = [
+                r[0]
+                for r in conn.execute(sa.select(table.c.event_key).where(table.c.topic == topic))
+            ]
             path = tmp / f"effects-{group}.parquet"
             pq.write_table(pa.table({"event_key": pa.array(keys, pa.string())}), path)
             effects_args += ["--effects", f"{path}:event_key:{group}/{topic}"]
@@ -469,17 +586,31 @@ def _reconcile(args: argparse.Namespace, plan: Plan, names: Any, db_url: str, st
     t0 = time.monotonic()
     boot.start()  # no-op unless the exchange ended before its send phase did
     if boot.wait(180):  # bounded: a JVM that never comes up is retried by the job below
-        _say(f"  Spark session started in the background in {boot.seconds:.1f}s "
-             f"(waited {time.monotonic() - t0:.1f}s for it here)"
-             + (f"; it failed: {boot.error}" if boot.error else ""))
+        _say(
+            f"  Spark session started in the background in {boot.seconds:.1f}s "
+            f"(waited {time.monotonic() - t0:.1f}s for it here)"
+            + (f"; it failed: {boot.error}" if boot.error else "")
+        )
     out = Path(args.report_dir).resolve()
-    argv = ["--history", str(history), "--records", str(records),
-            "--offsets", str(store / "config" / "consumerOffset.json"),
-            "--subscription", f"{names.dispatch_topic}@{names.dispatch_group}",
-            "--subscription", f"{names.trips_topic}@{names.trips_group}",
-            "--out", str(out), "--shuffle-partitions", str(SPARK_PARTITIONS),
-            "--master", SPARK_MASTER,
-            *effects_args]
+    argv = [
+        "--history",
+        str(history),
+        "--records",
+        str(records),
+        "--offsets",
+        str(store / "config" / "consumerOffset.json"),
+        "--subscription",
+        f"{names.dispatch_topic}@{names.dispatch_group}",
+        "--subscription",
+        f"{names.trips_topic}@{names.trips_group}",
+        "--out",
+        str(out),
+        "--shuffle-partitions",
+        str(SPARK_PARTITIONS),
+        "--master",
+        SPARK_MASTER,
+        *effects_args,
+    ]
     if not sys.stderr.isatty():
         argv.append("--no-progress")
     t0 = time.monotonic()
@@ -492,10 +623,17 @@ def _reconcile(args: argparse.Namespace, plan: Plan, names: Any, db_url: str, st
     summary = json.loads(summary_path.read_text())
     c = summary["counts"]
     expected_keys = plan.expected_effects + plan.poison
-    good = (code == 0 and c["keys"] == expected_keys and c["dead_lettered"] == plan.poison
-            and c["doubled"] == 0 and c["lost"] == 0)
-    _say(f"  keys {c['keys']} (expected {expected_keys}), messages {c['messages']} "
-         f"(sent {plan.messages}), doubled {c['doubled']}, lost {c['lost']}, "
-         f"dead-lettered {c['dead_lettered']}, exit {code}")
+    good = (
+        code == 0
+        and c["keys"] == expected_keys
+        and c["dead_lettered"] == plan.poison
+        and c["doubled"] == 0
+        and c["lost"] == 0
+    )
+    _say(
+        f"  keys {c['keys']} (expected {expected_keys}), messages {c['messages']} "
+        f"(sent {plan.messages}), doubled {c['doubled']}, lost {c['lost']}, "
+        f"dead-lettered {c['dead_lettered']}, exit {code}"
+    )
     _say(f"  HTML report: {out / 'report.html'}")
     return good

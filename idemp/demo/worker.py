@@ -23,7 +23,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--lock-expiry", type=float, default=30.0)
     args = p.parse_args(argv)
     consumers = Consumers(
-        args.namesrv, args.db_url, args.dedup_url, Names(args.suffix),
+        args.namesrv,
+        args.db_url,
+        args.dedup_url,
+        Names(args.suffix),
         lock_expiry_s=args.lock_expiry,
     )
     stop = threading.Event()

@@ -37,42 +37,97 @@ if TYPE_CHECKING:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--history", action="append", default=[],
-                   help="message history: Parquet or JSON lines (file or directory); repeatable")
-    p.add_argument("--records", action="append", default=[],
-                   help="dedup records: a unique-key table export, or a Redis flag export "
-                        "(told apart by their columns), or the unique-key table over JDBC: "
-                        "jdbc:URL[#TABLE] (table default idemp_dedup; needs --jdbc-jars); "
-                        "repeatable")
-    p.add_argument("--jdbc-jars", action="append", default=[], metavar="JAR_OR_DIR",
-                   help="JDBC driver jars (or a directory of them) for jdbc: records; "
-                        "repeatable")
-    p.add_argument("--offsets", help="consumerOffset.json (RocketMQ's or idemp's broker's), "
-                   "or a live broker: broker://HOST:PORT?group=G&topic=T")
+    p.add_argument(
+        "--history",
+        action="append",
+        default=[],
+        help="message history: Parquet or JSON lines (file or directory); repeatable",
+    )
+    p.add_argument(
+        "--records",
+        action="append",
+        default=[],
+        help="dedup records: a unique-key table export, or a Redis flag export "
+        "(told apart by their columns), or the unique-key table over JDBC: "
+        "jdbc:URL[#TABLE] (table default idemp_dedup; needs --jdbc-jars); "
+        "repeatable",
+    )
+    p.add_argument(
+        "--jdbc-jars",
+        action="append",
+        default=[],
+        metavar="JAR_OR_DIR",
+        help="JDBC driver jars (or a directory of them) for jdbc: records; repeatable",
+    )
+    p.add_argument(
+        "--offsets",
+        help="consumerOffset.json (RocketMQ's or idemp's broker's), "
+        "or a live broker: broker://HOST:PORT?group=G&topic=T",
+    )
     p.add_argument("--out", help="output directory")
-    p.add_argument("--effects", action="append", default=[], metavar="PATH:KEY_COLUMN[:NS]",
-                   help="a business table export whose rows are effects; repeatable")
-    p.add_argument("--subscription", action="append", default=[], metavar="TOPIC@GROUP",
-                   help="what to reconcile (default: every topic@group in --offsets)")
-    p.add_argument("--namespace-template", default=DEFAULT_NAMESPACE,
-                   help="how dedup records are namespaced (default: %(default)s)")
-    p.add_argument("--key", default="keys", dest="key_from",
-                   help="business key: keys (first KEYS token), property:NAME, json:$.path")
-    p.add_argument("--as-of", type=int, default=None, metavar="EPOCH_MS",
-                   help="the time CONSUMING deadlines are judged against (default: now)")
-    p.add_argument("--fail-on", action="append", default=[], metavar="CLASS=N",
-                   help="exit 1 when CLASS exceeds N (default: "
-                        + ", ".join(f"{k}={v}" for k, v in DEFAULT_FAIL_ON.items()) + ")")
-    p.add_argument("--fingerprint", choices=["none", "sha256"], default="none",
-                   help="sha256: record fingerprints are SHA-256 of the body, compare them "
-                        "with the history's")
+    p.add_argument(
+        "--effects",
+        action="append",
+        default=[],
+        metavar="PATH:KEY_COLUMN[:NS]",
+        help="a business table export whose rows are effects; repeatable",
+    )
+    p.add_argument(
+        "--subscription",
+        action="append",
+        default=[],
+        metavar="TOPIC@GROUP",
+        help="what to reconcile (default: every topic@group in --offsets)",
+    )
+    p.add_argument(
+        "--namespace-template",
+        default=DEFAULT_NAMESPACE,
+        help="how dedup records are namespaced (default: %(default)s)",
+    )
+    p.add_argument(
+        "--key",
+        default="keys",
+        dest="key_from",
+        help="business key: keys (first KEYS token), property:NAME, json:$.path",
+    )
+    p.add_argument(
+        "--as-of",
+        type=int,
+        default=None,
+        metavar="EPOCH_MS",
+        help="the time CONSUMING deadlines are judged against (default: now)",
+    )
+    p.add_argument(
+        "--fail-on",
+        action="append",
+        default=[],
+        metavar="CLASS=N",
+        help="exit 1 when CLASS exceeds N (default: "
+        + ", ".join(f"{k}={v}" for k, v in DEFAULT_FAIL_ON.items())
+        + ")",
+    )
+    p.add_argument(
+        "--fingerprint",
+        choices=["none", "sha256"],
+        default="none",
+        help="sha256: record fingerprints are SHA-256 of the body, compare them with the history's",
+    )
     p.add_argument("--redis-prefix", default="idemp")
-    p.add_argument("--redis-retention-s", type=float, default=7 * 86400.0,
-                   help="the Redis strategy's retention (recovers CONSUMING deadlines)")
+    p.add_argument(
+        "--redis-retention-s",
+        type=float,
+        default=7 * 86400.0,
+        help="the Redis strategy's retention (recovers CONSUMING deadlines)",
+    )
     p.add_argument("--master", default=None, help="Spark master (default local[*])")
     p.add_argument("--shuffle-partitions", type=int, default=None)
-    p.add_argument("--conf", action="append", default=[], metavar="KEY=VALUE",
-                   help="extra Spark configuration; repeatable")
+    p.add_argument(
+        "--conf",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="extra Spark configuration; repeatable",
+    )
     p.add_argument("--no-progress", action="store_true")
     p.add_argument("--no-html", action="store_true")
     sub = p.add_subparsers(dest="reconcile_command")
@@ -87,8 +142,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="idemp reconcile", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="idemp reconcile",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     add_arguments(p)
     return p
 
@@ -121,8 +179,13 @@ def load_records(
         return load_jdbc_records(spark, path)
     probe = read_table(spark, "records", path, [], [], allow_empty=True)
     if {"redis_key", "value", "pttl_ms"} <= set(probe.columns):
-        return load_redis_records(spark, path, namespaces, prefix=args.redis_prefix,
-                                  retention_ms=int(args.redis_retention_s * 1000))
+        return load_redis_records(
+            spark,
+            path,
+            namespaces,
+            prefix=args.redis_prefix,
+            retention_ms=int(args.redis_retention_s * 1000),
+        )
     return map_records(read_table(spark, "records", path, [], []), path)
 
 
@@ -143,21 +206,27 @@ def reconcile(args: argparse.Namespace) -> int:
         pairs = [tuple(s.rsplit("@", 1)) for s in args.subscription]
         if any(len(p) != 2 or not all(p) for p in pairs):
             raise ValueError("--subscription expects TOPIC@GROUP")
-        subs = [Subscription.of(g, t, args.namespace_template)
-                for t, g in pairs] if pairs else [
-            Subscription.of(g, t, args.namespace_template) for g, t in offsets.subscriptions()
-        ]
+        subs = (
+            [Subscription.of(g, t, args.namespace_template) for t, g in pairs]
+            if pairs
+            else [
+                Subscription.of(g, t, args.namespace_template) for g, t in offsets.subscriptions()
+            ]
+        )
         if not subs:
             raise InputError("offsets", args.offsets, "names no subscription (topic@group)")
         namespaces = [s.namespace for s in subs]
         effect_sources = [EffectSource.parse(e) for e in args.effects]
         for e in effect_sources:
             if e.namespace is None and len(subs) != 1:
-                raise ValueError(f"--effects {e.path}: name the namespace (PATH:COLUMN:NS), "
-                                 f"there are {len(subs)} subscriptions")
+                raise ValueError(
+                    f"--effects {e.path}: name the namespace (PATH:COLUMN:NS), "
+                    f"there are {len(subs)} subscriptions"
+                )
             if e.namespace is not None and e.namespace not in namespaces:
-                raise ValueError(f"--effects {e.path}: namespace {e.namespace!r} is not one of "
-                                 f"{namespaces}")
+                raise ValueError(
+                    f"--effects {e.path}: namespace {e.namespace!r} is not one of {namespaces}"
+                )
         cfg = JobConfig(
             subscriptions=subs,
             as_of_ms=args.as_of if args.as_of is not None else int(time.time() * 1000),
@@ -165,19 +234,33 @@ def reconcile(args: argparse.Namespace) -> int:
             fingerprint=args.fingerprint,
             effect_namespaces=frozenset(e.namespace or namespaces[0] for e in effect_sources),
         )
-        spark = get_session(args.master, args.shuffle_partitions, conf,
-                            jdbc_jars=args.jdbc_jars)
-        history = _union([load_history(spark, h, need=cfg.history_columns())
-                          for h in args.history])
+        spark = get_session(args.master, args.shuffle_partitions, conf, jdbc_jars=args.jdbc_jars)
+        history = _union([load_history(spark, h, need=cfg.history_columns()) for h in args.history])
         records = _union([load_records(spark, r, namespaces, args) for r in args.records])
-        effects = _union([load_effects(spark, e, e.namespace or namespaces[0])
-                          for e in effect_sources]) if effect_sources else None
-        inputs: dict[str, Any] = {"history": args.history,
-                                  "records": [redact(r) for r in args.records],
-                                  "offsets": args.offsets, "effects": args.effects}
-        outcome = report.run(spark, history, records, effects, offsets.to_spark(spark), cfg,
-                             out, fail_on=fail_on, inputs=inputs,
-                             progress=not args.no_progress, html_report=not args.no_html)
+        effects = (
+            _union([load_effects(spark, e, e.namespace or namespaces[0]) for e in effect_sources])
+            if effect_sources
+            else None
+        )
+        inputs: dict[str, Any] = {
+            "history": args.history,
+            "records": [redact(r) for r in args.records],
+            "offsets": args.offsets,
+            "effects": args.effects,
+        }
+        outcome = report.run(
+            spark,
+            history,
+            records,
+            effects,
+            offsets.to_spark(spark),
+            cfg,
+            out,
+            fail_on=fail_on,
+            inputs=inputs,
+            progress=not args.no_progress,
+            html_report=not args.no_html,
+        )
     except (InputError, ValueError) as exc:
         report.write_error(out, exc)
         print(f"idemp reconcile: {exc}", file=sys.stderr)

@@ -127,9 +127,11 @@ def attributed_history(
         .when(kind == "dlq", F.expr(f"substring(topic, {len(DLQ_PREFIX) + 1})"))
         .when(sched_retry, F.expr(f"substring(real_topic, {len(RETRY_PREFIX) + 1})"))
     )
-    role = F.when(sched_retry, F.lit("sched_retry")).when(
-        kind == "scheduled", F.lit("sched_user")
-    ).otherwise(kind)
+    role = (
+        F.when(sched_retry, F.lit("sched_retry"))
+        .when(kind == "scheduled", F.lit("sched_user"))
+        .otherwise(kind)
+    )
     h = history.select(
         att_topic.alias("att_topic"),
         att_group.alias("att_group"),
@@ -198,12 +200,23 @@ def _flag(cond: Column) -> Column:
 # of a per-key table).
 _EVENT_COLUMNS: list[tuple[str, str]] = [
     # history copies
-    ("h_rows", "int"), ("h_msg", "int"), ("h_retry", "int"), ("h_dlq", "int"),
-    ("h_sched_retry", "int"), ("h_sched_user", "int"), ("h_committed", "int"),
-    ("h_uncommitted", "int"), ("h_sha", "bigint"), ("h_ts", "bigint"),
+    ("h_rows", "int"),
+    ("h_msg", "int"),
+    ("h_retry", "int"),
+    ("h_dlq", "int"),
+    ("h_sched_retry", "int"),
+    ("h_sched_user", "int"),
+    ("h_committed", "int"),
+    ("h_uncommitted", "int"),
+    ("h_sha", "bigint"),
+    ("h_ts", "bigint"),
     # dedup records
-    ("r_rows", "int"), ("r_rank", "int"), ("r_deadline", "bigint"), ("r_expires", "bigint"),
-    ("r_fp", "bigint"), ("r_updated", "bigint"),
+    ("r_rows", "int"),
+    ("r_rank", "int"),
+    ("r_deadline", "bigint"),
+    ("r_expires", "bigint"),
+    ("r_fp", "bigint"),
+    ("r_updated", "bigint"),
     # business effects
     ("e_rows", "int"),
 ]
@@ -225,18 +238,24 @@ def history_events(att: DataFrame) -> DataFrame:
     role = F.col("role")
     is_msg = role == "message"
     # hashes instead of strings: fixed-width min/max keep the aggregate a hash aggregate
-    return att.select("namespace", "key", *_events({
-        "h_rows": F.lit(1),
-        "h_msg": _flag(is_msg),
-        "h_retry": _flag(role == "retry"),
-        "h_dlq": _flag(role == "dlq"),
-        "h_sched_retry": _flag(role == "sched_retry"),
-        "h_sched_user": _flag(role == "sched_user"),
-        "h_committed": _flag(F.col("committed")),
-        "h_uncommitted": _flag(F.col("uncommitted")),
-        "h_sha": F.when(is_msg, F.xxhash64("body_sha256")),
-        "h_ts": F.col("store_timestamp"),
-    }))
+    return att.select(
+        "namespace",
+        "key",
+        *_events(
+            {
+                "h_rows": F.lit(1),
+                "h_msg": _flag(is_msg),
+                "h_retry": _flag(role == "retry"),
+                "h_dlq": _flag(role == "dlq"),
+                "h_sched_retry": _flag(role == "sched_retry"),
+                "h_sched_user": _flag(role == "sched_user"),
+                "h_committed": _flag(F.col("committed")),
+                "h_uncommitted": _flag(F.col("uncommitted")),
+                "h_sha": F.when(is_msg, F.xxhash64("body_sha256")),
+                "h_ts": F.col("store_timestamp"),
+            }
+        ),
+    )
 
 
 def record_events(records: DataFrame) -> DataFrame:
@@ -245,14 +264,20 @@ def record_events(records: DataFrame) -> DataFrame:
     from pyspark.sql import functions as F
 
     status = F.col("status")
-    return records.where(F.col("key").isNotNull()).select("namespace", "key", *_events({
-        "r_rows": F.lit(1),
-        "r_rank": F.when(status == CONSUMED, 2).when(status == CONSUMING, 1).otherwise(0),
-        "r_deadline": F.col("deadline_ms"),
-        "r_expires": F.col("expires_ms"),
-        "r_fp": F.when(F.col("fingerprint").isNotNull(), F.xxhash64("fingerprint")),
-        "r_updated": F.col("updated_ms"),
-    }))
+    return records.where(F.col("key").isNotNull()).select(
+        "namespace",
+        "key",
+        *_events(
+            {
+                "r_rows": F.lit(1),
+                "r_rank": F.when(status == CONSUMED, 2).when(status == CONSUMING, 1).otherwise(0),
+                "r_deadline": F.col("deadline_ms"),
+                "r_expires": F.col("expires_ms"),
+                "r_fp": F.when(F.col("fingerprint").isNotNull(), F.xxhash64("fingerprint")),
+                "r_updated": F.col("updated_ms"),
+            }
+        ),
+    )
 
 
 def effect_events(effects: DataFrame) -> DataFrame:
@@ -263,9 +288,7 @@ def effect_events(effects: DataFrame) -> DataFrame:
     )
 
 
-def per_key(
-    att: DataFrame, records: DataFrame, effects: DataFrame | None
-) -> DataFrame:
+def per_key(att: DataFrame, records: DataFrame, effects: DataFrame | None) -> DataFrame:
     """Counts per (namespace, key) from all three sources in one aggregation.
 
     Only fixed-width aggregates (sums, min/max of longs), so Spark uses a hash
@@ -343,8 +366,14 @@ def classify(
     nz = {
         n: F.coalesce(c(n), zero)
         for n in (
-            "n_messages", "n_retries", "n_dlq", "n_sched_retry", "n_sched_user",
-            "n_committed", "n_uncommitted", "n_records",
+            "n_messages",
+            "n_retries",
+            "n_dlq",
+            "n_sched_retry",
+            "n_sched_user",
+            "n_committed",
+            "n_uncommitted",
+            "n_records",
         )
     }
     measured = F.coalesce(c("has_effects"), F.lit(False))
@@ -357,9 +386,7 @@ def classify(
         c("s_topic").alias("topic"),
         "namespace",
         "key",
-        F.to_date(
-            F.timestamp_millis(F.coalesce(c("first_ts"), c("updated_ms")))
-        ).alias("day"),
+        F.to_date(F.timestamp_millis(F.coalesce(c("first_ts"), c("updated_ms")))).alias("day"),
         nz["n_messages"].alias("n_messages"),
         nz["n_retries"].alias("n_retries"),
         (nz["n_messages"] + nz["n_retries"]).alias("n_deliveries"),
@@ -434,9 +461,7 @@ def _primary() -> Column:
     from pyspark.sql import functions as F
 
     c = F.col
-    expr = F.when(~c("in_scope"), F.lit("out_of_scope")).when(
-        c("key").isNull(), F.lit("unkeyed")
-    )
+    expr = F.when(~c("in_scope"), F.lit("out_of_scope")).when(c("key").isNull(), F.lit("unkeyed"))
     for name in PRIMARY_ORDER[:-1]:
         expr = expr.when(c(name), F.lit(name))
     return expr.otherwise(F.lit(PRIMARY_ORDER[-1]))
@@ -477,7 +502,6 @@ def discrepancies(keys: DataFrame) -> DataFrame:
         any_flag = any_flag | F.col(name)
     names = F.array(*[F.when(F.col(n), F.lit(n)) for n in DISCREPANCY_CLASSES])
     cols = [c for c in keys.columns if c not in DISCREPANCY_CLASSES + BENIGN_CLASSES]
-    return (
-        keys.where(any_flag)
-        .select(*cols, F.explode(F.array_compact(names)).alias("discrepancy"))
+    return keys.where(any_flag).select(
+        *cols, F.explode(F.array_compact(names)).alias("discrepancy")
     )

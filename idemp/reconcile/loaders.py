@@ -322,9 +322,7 @@ def load_sql_records(
     return map_records(read_table(spark, "records", path, [], [], fmt), str(path), columns)
 
 
-def map_records(
-    df: DataFrame, where: str, columns: dict[str, str] | None = None
-) -> DataFrame:
+def map_records(df: DataFrame, where: str, columns: dict[str, str] | None = None) -> DataFrame:
     """The one place that maps a SQL dedup table onto the canonical record."""
     from pyspark.sql import functions as F
 
@@ -342,12 +340,12 @@ def map_records(
             continue
         c = F.col(f"`{src}`")
         if name in _TIME_FIELDS:
-            if types[src] not in ("timestamp", "timestamp_ntz", "date", "string") and types[
-                src
-            ] not in _INTEGRAL | {"double", "float"} and not types[src].startswith("decimal"):
-                raise InputError(
-                    "records", where, f"has type {types[src]}, expected a time", src
-                )
+            if (
+                types[src] not in ("timestamp", "timestamp_ntz", "date", "string")
+                and types[src] not in _INTEGRAL | {"double", "float"}
+                and not types[src].startswith("decimal")
+            ):
+                raise InputError("records", where, f"has type {types[src]}, expected a time", src)
             out.append(epoch_ms(c, types[src]).alias(name))
         elif typ == "string":
             if types[src] not in ("string", "binary") and name != "key":
@@ -397,8 +395,10 @@ def load_redis_records(
         key_col = F.when(hit, inner).otherwise(key_col)
     parts = F.split(F.col("value"), "[|]")
     flag = parts.getItem(0)
-    status = F.when(flag == "C", F.lit("CONSUMING")).when(flag == "D", F.lit("CONSUMED")).otherwise(
-        F.upper(F.col("value"))
+    status = (
+        F.when(flag == "C", F.lit("CONSUMING"))
+        .when(flag == "D", F.lit("CONSUMED"))
+        .otherwise(F.upper(F.col("value")))
     )
     expires = F.when(F.col("pttl_ms") >= 0, F.col("exported_ms") + F.col("pttl_ms")).cast("bigint")
     return df.select(
@@ -670,8 +670,12 @@ def export_redis(url: str, match: str, out: str | Path, batch: int = 1000) -> in
     finally:
         client.close()
     schema = pa.schema(
-        [("redis_key", pa.string()), ("value", pa.string()), ("pttl_ms", pa.int64()),
-         ("exported_ms", pa.int64())]
+        [
+            ("redis_key", pa.string()),
+            ("value", pa.string()),
+            ("pttl_ms", pa.int64()),
+            ("exported_ms", pa.int64()),
+        ]
     )
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     pq.write_table(pa.table(rows, schema=schema), str(out))
@@ -728,7 +732,9 @@ def read_jdbc(
 
 
 def load_jdbc_records(
-    spark: SparkSession, spec: str, columns: dict[str, str] | None = None,
+    spark: SparkSession,
+    spec: str,
+    columns: dict[str, str] | None = None,
     properties: dict[str, str] | None = None,
 ) -> DataFrame:
     """The unique-key table read over JDBC (``jdbc:URL[#TABLE]``), mapped onto the

@@ -40,10 +40,25 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 SAMPLE_ROWS = 5
-COUNT_NAMES = ["keys", "messages", "deliveries", "unkeyed_messages", "out_of_scope_records",
-               "other"] + DISCREPANCY_CLASSES + BENIGN_CLASSES
-SAMPLE_COLUMNS = ["group", "topic", "key", "day", "n_messages", "n_deliveries", "n_dlq",
-                  "n_outstanding", "status", "n_records", "n_effects", "first_ts"]
+COUNT_NAMES = (
+    ["keys", "messages", "deliveries", "unkeyed_messages", "out_of_scope_records", "other"]
+    + DISCREPANCY_CLASSES
+    + BENIGN_CLASSES
+)
+SAMPLE_COLUMNS = [
+    "group",
+    "topic",
+    "key",
+    "day",
+    "n_messages",
+    "n_deliveries",
+    "n_dlq",
+    "n_outstanding",
+    "status",
+    "n_records",
+    "n_effects",
+    "first_ts",
+]
 
 
 @dataclass
@@ -63,13 +78,20 @@ class Progress:
     """A tqdm bar over the job's steps; while a step runs, a thread polls Spark's
     status tracker and shows the active stages' finished/total tasks."""
 
-    def __init__(self, spark: SparkSession, steps: int, enabled: bool = True,
-                 stream: TextIO | None = None) -> None:
+    def __init__(
+        self, spark: SparkSession, steps: int, enabled: bool = True, stream: TextIO | None = None
+    ) -> None:
         from tqdm import tqdm
 
         self.spark = spark
-        self.bar = tqdm(total=steps, disable=not enabled, file=stream or sys.stderr,
-                        unit="step", leave=False, dynamic_ncols=True)
+        self.bar = tqdm(
+            total=steps,
+            disable=not enabled,
+            file=stream or sys.stderr,
+            unit="step",
+            leave=False,
+            dynamic_ncols=True,
+        )
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -152,8 +174,9 @@ def _write_json(path: Path, data: Any) -> None:
 
 def write_error(out: Path, exc: BaseException) -> None:
     out.mkdir(parents=True, exist_ok=True)
-    _write_json(out / "error.json", {"complete": False, "error": str(exc),
-                                     "type": type(exc).__name__})
+    _write_json(
+        out / "error.json", {"complete": False, "error": str(exc), "type": type(exc).__name__}
+    )
 
 
 def run(
@@ -189,8 +212,13 @@ def run(
             tot = totals(keys)
             total_rows = sorted(
                 (r.asDict() for r in tot.collect()),  # one row per (group, topic, day)
-                key=lambda r: (r["group"] is not None, r["group"] or "", r["topic"] or "",
-                               r["day"] is not None, r["day"] or ""),
+                key=lambda r: (
+                    r["group"] is not None,
+                    r["group"] or "",
+                    r["topic"] or "",
+                    r["day"] is not None,
+                    r["day"] or "",
+                ),
             )
             spark.createDataFrame(
                 [tuple(r[f] for f in tot.columns) for r in total_rows], tot.schema
@@ -264,8 +292,12 @@ def build_summary(
         "as_of_ms": cfg.as_of_ms,
         "key_from": cfg.key_from,
         "subscriptions": [
-            {"group": s.group, "topic": s.topic, "namespace": s.namespace,
-             "effects_measured": s.namespace in cfg.effect_namespaces}
+            {
+                "group": s.group,
+                "topic": s.topic,
+                "namespace": s.namespace,
+                "effects_measured": s.namespace in cfg.effect_namespaces,
+            }
             for s in cfg.subscriptions
         ],
         "inputs": dict(inputs),
@@ -274,8 +306,11 @@ def build_summary(
             {"group": g, "topic": t, **c} for (g, t), c in sorted(per_sub.items())
         ],
         "per_day": [
-            {k: (str(v) if k == "day" else v) for k, v in r.items()
-             if not k.startswith("deliveries_")}
+            {
+                k: (str(v) if k == "day" else v)
+                for k, v in r.items()
+                if not k.startswith("deliveries_")
+            }
             for r in total_rows
         ],
         "deliveries_histogram": histogram,
@@ -309,8 +344,9 @@ def format_terminal(summary: Mapping[str, Any], out_dir: Path | str) -> str:
         if c[extra]:
             lines.append(f"  {extra:<{width}} {c[extra]:>12}")
     if summary["failed"]:
-        over = ", ".join(f"{k}={v} (> {summary['thresholds'][k]})"
-                         for k, v in summary["failed"].items())
+        over = ", ".join(
+            f"{k}={v} (> {summary['thresholds'][k]})" for k, v in summary["failed"].items()
+        )
         lines.append(f"FAILED: {over}")
     else:
         lines.append("OK: no class above its threshold")
@@ -352,22 +388,32 @@ def _svg_histogram(hist: Mapping[str, int]) -> str:
     w, h, pad = 560, 220, 40
     top = max([v for _, v in items] + [1])
     bw = (w - 2 * pad) / max(len(items), 1)
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" '
-             f'role="img" aria-label="deliveries per key">']
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" '
+        f'role="img" aria-label="deliveries per key">'
+    ]
     parts.append(f'<line x1="{pad}" y1="{h - pad}" x2="{w - pad}" y2="{h - pad}" stroke="#999"/>')
     for i, (label, v) in enumerate(items):
         bh = (h - 2 * pad) * (v / top) if v else 0
         x = pad + i * bw + 4
         y = h - pad - bh
-        parts.append(f'<rect x="{x:.1f}" y="{y:.1f}" width="{bw - 8:.1f}" height="{bh:.1f}" '
-                     f'fill="{"#4a7ebb" if label == "1" else "#e0a030"}"><title>{label} '
-                     f'deliveries: {v} keys</title></rect>')
-        parts.append(f'<text x="{x + (bw - 8) / 2:.1f}" y="{h - pad + 15}" font-size="11" '
-                     f'text-anchor="middle">{label}</text>')
-        parts.append(f'<text x="{x + (bw - 8) / 2:.1f}" y="{y - 4:.1f}" font-size="10" '
-                     f'text-anchor="middle">{v}</text>')
-    parts.append(f'<text x="{w / 2}" y="{h - 6}" font-size="11" text-anchor="middle">'
-                 'deliveries per key</text></svg>')
+        parts.append(
+            f'<rect x="{x:.1f}" y="{y:.1f}" width="{bw - 8:.1f}" height="{bh:.1f}" '
+            f'fill="{"#4a7ebb" if label == "1" else "#e0a030"}"><title>{label} '
+            f"deliveries: {v} keys</title></rect>"
+        )
+        parts.append(
+            f'<text x="{x + (bw - 8) / 2:.1f}" y="{h - pad + 15}" font-size="11" '
+            f'text-anchor="middle">{label}</text>'
+        )
+        parts.append(
+            f'<text x="{x + (bw - 8) / 2:.1f}" y="{y - 4:.1f}" font-size="10" '
+            f'text-anchor="middle">{v}</text>'
+        )
+    parts.append(
+        f'<text x="{w / 2}" y="{h - 6}" font-size="11" text-anchor="middle">'
+        "deliveries per key</text></svg>"
+    )
     return "".join(parts)
 
 
@@ -375,8 +421,11 @@ def _table(rows: list[Mapping[str, Any]], cols: list[str]) -> str:
     e = html.escape
     head = "".join(f'<th class="l">{e(c)}</th>' for c in cols)
     body = "".join(
-        "<tr>" + "".join(f'<td class="l">{e("" if r.get(c) is None else str(r.get(c)))}</td>'
-                         for c in cols) + "</tr>"
+        "<tr>"
+        + "".join(
+            f'<td class="l">{e("" if r.get(c) is None else str(r.get(c)))}</td>' for c in cols
+        )
+        + "</tr>"
         for r in rows
     )
     return f"<table><tr>{head}</tr>{body}</table>"
@@ -388,36 +437,49 @@ def render_html(summary: Mapping[str, Any]) -> str:
     failed = summary["failed"]
     banner = (
         f'<p class="banner bad">Above threshold: '
-        f'{e(", ".join(f"{k} = {v}" for k, v in failed.items()))}</p>'
-        if failed else '<p class="banner good">No class above its threshold.</p>'
+        f"{e(', '.join(f'{k} = {v}' for k, v in failed.items()))}</p>"
+        if failed
+        else '<p class="banner good">No class above its threshold.</p>'
     )
     rows = []
     for name in BENIGN_CLASSES + DISCREPANCY_CLASSES:
         cls = "bad" if name in failed else ("good" if name in BENIGN_CLASSES else "")
-        rows.append(f'<tr><td class="l {cls}">{e(name)}</td><td>{c[name]}</td>'
-                    f'<td class="l muted">{e(DESCRIPTIONS[name])}</td></tr>')
-    counts = ("<table><tr><th class='l'>class</th><th>keys</th><th class='l'>meaning</th></tr>"
-              + "".join(rows) + "</table>")
-    subs = _table(summary["per_subscription"],
-                  ["group", "topic", "keys", "messages", "deliveries"] + DISCREPANCY_CLASSES)
-    days = _table(summary["per_day"],
-                  ["group", "topic", "day", "keys", "messages"] + DISCREPANCY_CLASSES)
-    samples = "".join(
-        f"<h3>{e(name)} <span class='muted'>({c[name]}; first {len(rows_)})</span></h3>"
-        + _table(rows_, SAMPLE_COLUMNS)
-        for name, rows_ in summary["samples"].items()
-    ) or "<p>No discrepancies.</p>"
-    extra = ", ".join(f"{k}: {c[k]}" for k in ("unkeyed_messages", "out_of_scope_records",
-                                                "other") if c[k])
+        rows.append(
+            f'<tr><td class="l {cls}">{e(name)}</td><td>{c[name]}</td>'
+            f'<td class="l muted">{e(DESCRIPTIONS[name])}</td></tr>'
+        )
+    counts = (
+        "<table><tr><th class='l'>class</th><th>keys</th><th class='l'>meaning</th></tr>"
+        + "".join(rows)
+        + "</table>"
+    )
+    subs = _table(
+        summary["per_subscription"],
+        ["group", "topic", "keys", "messages", "deliveries"] + DISCREPANCY_CLASSES,
+    )
+    days = _table(
+        summary["per_day"], ["group", "topic", "day", "keys", "messages"] + DISCREPANCY_CLASSES
+    )
+    samples = (
+        "".join(
+            f"<h3>{e(name)} <span class='muted'>({c[name]}; first {len(rows_)})</span></h3>"
+            + _table(rows_, SAMPLE_COLUMNS)
+            for name, rows_ in summary["samples"].items()
+        )
+        or "<p>No discrepancies.</p>"
+    )
+    extra = ", ".join(
+        f"{k}: {c[k]}" for k in ("unkeyed_messages", "out_of_scope_records", "other") if c[k]
+    )
     return f"""<!doctype html><html><head><meta charset="utf-8">
 <title>idemp reconciliation</title><style>{_CSS}</style></head><body>
 <h1>idemp reconciliation</h1>
-<p>{c['keys']} business keys, {c['messages']} messages, {c['deliveries']} deliveries;
-as of {summary['as_of_ms']} ms; key = <code>{e(summary['key_from'])}</code>.
+<p>{c["keys"]} business keys, {c["messages"]} messages, {c["deliveries"]} deliveries;
+as of {summary["as_of_ms"]} ms; key = <code>{e(summary["key_from"])}</code>.
 {e(extra)}</p>
 {banner}
 <h2>Counts per class</h2>{counts}
-<h2>Deliveries per key</h2>{_svg_histogram(summary['deliveries_histogram'])}
+<h2>Deliveries per key</h2>{_svg_histogram(summary["deliveries_histogram"])}
 <h2>Per subscription</h2>{subs}
 <h2>Per day</h2>{days}
 <h2>Samples</h2>{samples}

@@ -222,8 +222,9 @@ def decode_message(
         end = pos + size
         p = pos + _HEAD.size
         if not sys_flag & _ANY_V6:  # one unpack instead of seven: pulls are hot
-            (born_ip, born_port, store_ts, store_ip, store_port, reconsume, prepared,
-             body_len) = _V4_MIDDLE.unpack_from(buf, p)
+            (born_ip, born_port, store_ts, store_ip, store_port, reconsume, prepared, body_len) = (
+                _V4_MIDDLE.unpack_from(buf, p)
+            )
             born_host = (_ip_text(born_ip), born_port)
             store_host = (_ip_text(store_ip), store_port)
             p += _V4_MIDDLE.size

@@ -47,8 +47,11 @@ def test_verdict_finds_doubles_losses_and_order_violations(tmp_path: Path) -> No
     ]
     with engine.begin() as conn:
         for i, (topic, key, entity, n, gap) in enumerate(rows, 1):
-            conn.execute(EFFECTS.insert().values(id=i, topic=topic, key=key, entity=entity,
-                                                 n=n, gap=gap, pid=1, msg_id=f"m{i}"))
+            conn.execute(
+                EFFECTS.insert().values(
+                    id=i, topic=topic, key=key, entity=entity, n=n, gap=gap, pid=1, msg_id=f"m{i}"
+                )
+            )
     figures = Figures(seed=0, messages=plan.messages)
     verdict(engine, plan, figures)
     assert (figures.effects, figures.doubled, figures.lost, figures.unexpected) == (11, 1, 1, 1)

@@ -400,8 +400,15 @@ def test_concurrent_max_span_stops_pulling_past_a_stuck_message(
             release.wait(60)  # bounded: the test releases it below
         return ConsumeResult.SUCCESS
 
-    r = runner(broker, "g-span", "TSPAN", listener, consume_concurrently_max_span=100,
-               pull_batch_size=10, consume_thread_count=4)
+    r = runner(
+        broker,
+        "g-span",
+        "TSPAN",
+        listener,
+        consume_concurrently_max_span=100,
+        pull_batch_size=10,
+        consume_thread_count=4,
+    )
     r.start()
     try:
         wait_for(lambda: len(seen) >= 53, 30, "offset 0 and three more stuck in the listener")

@@ -69,7 +69,11 @@ def test_example(name: str, request: pytest.FixtureRequest, tmp_path: Path) -> N
         client.close()
     proc = subprocess.run(
         [sys.executable, str(ROOT / "examples" / f"{name}.py")],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180,
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
     lines = proc.stdout.strip().splitlines()

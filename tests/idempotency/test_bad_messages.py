@@ -169,8 +169,9 @@ def test_a_message_without_a_usable_key_gets_the_policy(
     assert names_message(caplog, message, logging.WARNING)
     if policy == "dead_letter":
         assert [m for m, _ in letters] == [message.msg_id, message.msg_id]
-        assert all("no business key" in why and f"msg_id={message.msg_id}" in why
-                   for _, why in letters)
+        assert all(
+            "no business key" in why and f"msg_id={message.msg_id}" in why for _, why in letters
+        )
     else:
         assert letters == []
     assert store[1].counts() == Counter()  # no effect from the bad message
@@ -210,8 +211,9 @@ def test_a_handler_failing_on_a_bad_body_comes_back_and_holds_no_claim(
     assert [deliver(first), deliver(first), deliver(first)] == [LATER, LATER, LATER]
     failures = [r for r in caplog.records if "event=failed" in r.getMessage()]
     assert len(failures) == 3
-    assert all("msg_id=M-bad-1" in r.getMessage() and "topic=Orders" in r.getMessage()
-               for r in failures)
+    assert all(
+        "msg_id=M-bad-1" in r.getMessage() and "topic=Orders" in r.getMessage() for r in failures
+    )
     assert store[1].counts() == Counter()
     # The producer fixes it and sends it again (same key, new msgId): applied once.
     fixed = msg(order("o-1"), "M-fixed", keys=("o-1",))

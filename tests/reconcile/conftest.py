@@ -24,8 +24,9 @@ def spark() -> Iterator[Any]:
     from idemp.reconcile.session import get_session
 
     jars = [JDBC_DIR] if (JDBC_DIR / ".stamp").exists() else []
-    session = get_session("local[2]", shuffle_partitions=4,
-                          conf={"spark.driver.memory": "2g"}, jdbc_jars=jars)
+    session = get_session(
+        "local[2]", shuffle_partitions=4, conf={"spark.driver.memory": "2g"}, jdbc_jars=jars
+    )
     try:
         yield session
     finally:

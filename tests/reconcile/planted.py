@@ -37,35 +37,73 @@ class Builder:
         self.effects: list[dict[str, Any]] = []
         self._n = 0
 
-    def msg(self, topic: str, key: str | None, offset: int, *, kind: str = "message",
-            body: str | None = None, retry_topic: str | None = None,
-            real_topic: str | None = None, msg_id: str | None = None, reconsume: int = 0,
-            ts: int = DAY0 + 3_600_000, visible: bool = True) -> str:
+    def msg(
+        self,
+        topic: str,
+        key: str | None,
+        offset: int,
+        *,
+        kind: str = "message",
+        body: str | None = None,
+        retry_topic: str | None = None,
+        real_topic: str | None = None,
+        msg_id: str | None = None,
+        reconsume: int = 0,
+        ts: int = DAY0 + 3_600_000,
+        visible: bool = True,
+    ) -> str:
         self._n += 1
         msg_id = msg_id or f"MSG{self._n:06d}"
         body = body if body is not None else f"body-{key}"
         props: dict[str, str] = {"UNIQ_KEY": msg_id}
         if key is not None:
             props["KEYS"] = key
-        self.rows.append({
-            "topic": topic, "queue_id": 0, "queue_offset": offset,
-            "commit_log_offset": self._n * 100, "offset_msg_id": f"OFF{self._n:06d}",
-            "msg_id": msg_id, "uniq_key": msg_id, "keys": key, "tags": None,
-            "properties": json.dumps(props), "body_size": len(body),
-            "body_sha256": sha(body), "body": None, "born_timestamp": ts,
-            "store_timestamp": ts, "born_host": "127.0.0.1:1", "store_host": "127.0.0.1:2",
-            "reconsume_times": reconsume, "sys_flag": 0, "kind": kind, "visible": visible,
-            "retry_topic": retry_topic, "origin_msg_id": None, "real_topic": real_topic,
-        })
+        self.rows.append(
+            {
+                "topic": topic,
+                "queue_id": 0,
+                "queue_offset": offset,
+                "commit_log_offset": self._n * 100,
+                "offset_msg_id": f"OFF{self._n:06d}",
+                "msg_id": msg_id,
+                "uniq_key": msg_id,
+                "keys": key,
+                "tags": None,
+                "properties": json.dumps(props),
+                "body_size": len(body),
+                "body_sha256": sha(body),
+                "body": None,
+                "born_timestamp": ts,
+                "store_timestamp": ts,
+                "born_host": "127.0.0.1:1",
+                "store_host": "127.0.0.1:2",
+                "reconsume_times": reconsume,
+                "sys_flag": 0,
+                "kind": kind,
+                "visible": visible,
+                "retry_topic": retry_topic,
+                "origin_msg_id": None,
+                "real_topic": real_topic,
+            }
+        )
         return msg_id
 
-    def record(self, ns: str, key: str, status: str, deadline: int | None = None,
-               fp: str | None = None) -> None:
-        self.records.append({
-            "namespace": ns, "key": key, "status": status, "deadline": deadline,
-            "expiry": AS_OF + 86_400_000, "fingerprint": fp, "attempts": 1,
-            "owner": "c1", "updated_at": AS_OF - 1000,
-        })
+    def record(
+        self, ns: str, key: str, status: str, deadline: int | None = None, fp: str | None = None
+    ) -> None:
+        self.records.append(
+            {
+                "namespace": ns,
+                "key": key,
+                "status": status,
+                "deadline": deadline,
+                "expiry": AS_OF + 86_400_000,
+                "fingerprint": fp,
+                "attempts": 1,
+                "owner": "c1",
+                "updated_at": AS_OF - 1000,
+            }
+        )
 
     def effect(self, key: str) -> None:
         self.effects.append({"order_id": key, "points": 10})
@@ -180,17 +218,33 @@ def build() -> tuple[Builder, dict[tuple[str, str], set[str]]]:
 
 
 CLASS_COUNTS = {
-    "ok": 6, "duplicate_absorbed": 4, "doubled": 1, "lost": 4, "effect_missing": 1,
-    "stuck": 2, "conflict": 1, "dead_lettered": 1, "record_missing": 1, "orphan": 2,
+    "ok": 6,
+    "duplicate_absorbed": 4,
+    "doubled": 1,
+    "lost": 4,
+    "effect_missing": 1,
+    "stuck": 2,
+    "conflict": 1,
+    "dead_lettered": 1,
+    "record_missing": 1,
+    "orphan": 2,
     "pending": 3,
 }
 
 
-RECORDS_SCHEMA = pa.schema([
-    ("namespace", pa.string()), ("key", pa.string()), ("status", pa.string()),
-    ("deadline", pa.int64()), ("expiry", pa.int64()), ("fingerprint", pa.string()),
-    ("attempts", pa.int32()), ("owner", pa.string()), ("updated_at", pa.int64()),
-])
+RECORDS_SCHEMA = pa.schema(
+    [
+        ("namespace", pa.string()),
+        ("key", pa.string()),
+        ("status", pa.string()),
+        ("deadline", pa.int64()),
+        ("expiry", pa.int64()),
+        ("fingerprint", pa.string()),
+        ("attempts", pa.int32()),
+        ("owner", pa.string()),
+        ("updated_at", pa.int64()),
+    ]
+)
 
 
 def history_table(b: Builder) -> pa.Table:

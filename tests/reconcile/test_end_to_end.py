@@ -47,8 +47,12 @@ def test_broker_consumer_export_reconcile(spark: Any, tmp_path: Path) -> None:
     store = tmp_path / "store"
     url = f"sqlite:///{tmp_path / 'app.db'}"
     engine = sa.create_engine(url)
-    points = sa.Table("points", sa.MetaData(), sa.Column("order_id", sa.String(64)),
-                      sa.Column("points", sa.Integer))
+    points = sa.Table(
+        "points",
+        sa.MetaData(),
+        sa.Column("order_id", sa.String(64)),
+        sa.Column("points", sa.Integer),
+    )
     points.metadata.create_all(engine)
     strategy = UniqueKeyTable(url, transactional=True)
     failed: set[str] = set()
@@ -71,8 +75,9 @@ def test_broker_consumer_export_reconcile(spark: Any, tmp_path: Path) -> None:
     # short delay levels, so a redelivery comes back in a second
     props = {"messageDelayLevel": " ".join(["1s"] * 18), "flushConsumerOffsetInterval": "500"}
     with BrokerProcess(store, properties=props) as broker:
-        client = ClientSettings(namesrv_addr=broker.namesrv_addr, persist_offset_interval=0.5,
-                                rebalance_interval=1.0)
+        client = ClientSettings(
+            namesrv_addr=broker.namesrv_addr, persist_offset_interval=0.5, rebalance_interval=1.0
+        )
         producer = Producer(settings=ProducerSettings(group="p1"), client=client)
         producer.start()
         try:
@@ -102,13 +107,23 @@ def test_broker_consumer_export_reconcile(spark: Any, tmp_path: Path) -> None:
     def run(out: Path) -> dict[str, Any]:
         export_sql_table(url, "idemp_dedup", tmp_path / "records.parquet")
         export_sql_table(url, "points", tmp_path / "points.parquet")
-        code = reconcile([
-            "--history", str(tmp_path / "history.parquet"),
-            "--records", str(tmp_path / "records.parquet"),
-            "--effects", f"{tmp_path / 'points.parquet'}:order_id",
-            "--offsets", str(offsets), "--subscription", "orders@g1",
-            "--out", str(out), "--no-progress",
-        ])
+        code = reconcile(
+            [
+                "--history",
+                str(tmp_path / "history.parquet"),
+                "--records",
+                str(tmp_path / "records.parquet"),
+                "--effects",
+                f"{tmp_path / 'points.parquet'}:order_id",
+                "--offsets",
+                str(offsets),
+                "--subscription",
+                "orders@g1",
+                "--out",
+                str(out),
+                "--no-progress",
+            ]
+        )
         summary: dict[str, Any] = json.loads((out / "summary.json").read_text())
         summary["exit_code"] = code
         return summary

@@ -33,32 +33,58 @@ def fill_unique_key_table(url: str, table: str, b: planted.Builder) -> None:
     try:
         t.metadata.create_all(engine)
         with engine.begin() as conn:
-            conn.execute(t.insert(), [
-                {"namespace": r["namespace"], "business_key": r["key"], "status": r["status"],
-                 "owner": r["owner"], "fingerprint": r["fingerprint"],
-                 "attempts": r["attempts"], "deadline_ms": r["deadline"],
-                 "expires_ms": r["expiry"], "msg_id": None, "created_ms": r["updated_at"],
-                 "updated_ms": r["updated_at"]}
-                for r in b.records
-            ])
+            conn.execute(
+                t.insert(),
+                [
+                    {
+                        "namespace": r["namespace"],
+                        "business_key": r["key"],
+                        "status": r["status"],
+                        "owner": r["owner"],
+                        "fingerprint": r["fingerprint"],
+                        "attempts": r["attempts"],
+                        "deadline_ms": r["deadline"],
+                        "expires_ms": r["expiry"],
+                        "msg_id": None,
+                        "created_ms": r["updated_at"],
+                        "updated_ms": r["updated_at"],
+                    }
+                    for r in b.records
+                ],
+            )
     finally:
         engine.dispose()
 
 
 def reconcile(paths: dict[str, str], records: str, out: Path) -> tuple[int, dict[str, Any]]:
-    code = main([
-        "--history", paths["history"], "--records", records, "--offsets", paths["offsets"],
-        "--effects", f"{paths['effects']}:order_id:{planted.NS1}", "--out", str(out),
-        "--as-of", str(planted.AS_OF), "--jdbc-jars", str(JDBC_DIR), "--no-progress",
-        "--no-html",
-    ])
+    code = main(
+        [
+            "--history",
+            paths["history"],
+            "--records",
+            records,
+            "--offsets",
+            paths["offsets"],
+            "--effects",
+            f"{paths['effects']}:order_id:{planted.NS1}",
+            "--out",
+            str(out),
+            "--as-of",
+            str(planted.AS_OF),
+            "--jdbc-jars",
+            str(JDBC_DIR),
+            "--no-progress",
+            "--no-html",
+        ]
+    )
     return code, json.loads((out / "summary.json").read_text())
 
 
 def assert_same_as_parquet(spark: Any, paths: dict[str, str], jdbc: str, tmp_path: Path) -> None:
     jars = spark.sparkContext.getConf().get("spark.jars", "")
     assert "postgresql.jar" in jars and "sqlite" in jars, (
-        f"the shared session has no JDBC jars ({jars!r}): run `make {JDBC_DIR}/.stamp`")
+        f"the shared session has no JDBC jars ({jars!r}): run `make {JDBC_DIR}/.stamp`"
+    )
     code, by_file = reconcile(paths, paths["records"], tmp_path / "file")
     jcode, by_jdbc = reconcile(paths, jdbc, tmp_path / "jdbc")
     assert (jcode, code) == (1, 1)
@@ -68,8 +94,10 @@ def assert_same_as_parquet(spark: Any, paths: dict[str, str], jdbc: str, tmp_pat
     assert by_jdbc["per_day"] == by_file["per_day"]
     assert by_jdbc["failed"] == {"doubled": 1, "lost": 4, "stuck": 2, "effect_missing": 1}
     keys = {  # every key's class, the unkeyed rows (null key) included
-        name: {(r["namespace"], r["key"], r["class"]) for r in
-               spark.read.parquet(str(tmp_path / name / "keys")).collect()}
+        name: {
+            (r["namespace"], r["key"], r["class"])
+            for r in spark.read.parquet(str(tmp_path / name / "keys")).collect()
+        }
         for name in ("file", "jdbc")
     }
     assert len(keys["file"]) == planted_rows(spark, tmp_path / "file")
@@ -80,12 +108,15 @@ def planted_rows(spark: Any, out: Path) -> int:
     return int(spark.read.parquet(str(out / "keys")).count())
 
 
-def test_postgresql_over_jdbc(spark: Any, tmp_path: Path, dataset: Any,
-                              postgres_server: PostgresServer) -> None:
+def test_postgresql_over_jdbc(
+    spark: Any, tmp_path: Path, dataset: Any, postgres_server: PostgresServer
+) -> None:
     b, paths = dataset
     fill_unique_key_table(postgres_server.url, "dedup_jdbc", b)
-    jdbc = (f"jdbc:postgresql://{postgres_server.host}:{postgres_server.port}/postgres"
-            f"?user=postgres#dedup_jdbc")
+    jdbc = (
+        f"jdbc:postgresql://{postgres_server.host}:{postgres_server.port}/postgres"
+        f"?user=postgres#dedup_jdbc"
+    )
     assert_same_as_parquet(spark, paths, jdbc, tmp_path)
 
 
@@ -97,8 +128,9 @@ def test_sqlite_over_jdbc(spark: Any, tmp_path: Path, dataset: Any) -> None:
     assert_same_as_parquet(spark, paths, f"jdbc:sqlite:{db}", tmp_path)
 
 
-def test_jdbc_errors_name_the_table(spark: Any, tmp_path: Path, dataset: Any,
-                                    capsys: pytest.CaptureFixture[str]) -> None:
+def test_jdbc_errors_name_the_table(
+    spark: Any, tmp_path: Path, dataset: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
     b, paths = dataset
     db = tmp_path / "empty.db"
     engine = sa.create_engine(f"sqlite:///{db}")
@@ -109,8 +141,19 @@ def test_jdbc_errors_name_the_table(spark: Any, tmp_path: Path, dataset: Any,
         (f"jdbc:sqlite:{db}#missing_table", "cannot be read over JDBC"),
         (f"jdbc:sqlite:{db}", "is empty (no rows)"),
     ]:
-        code = main(["--history", paths["history"], "--records", spec,
-                     "--offsets", paths["offsets"], "--out", str(out), "--no-progress"])
+        code = main(
+            [
+                "--history",
+                paths["history"],
+                "--records",
+                spec,
+                "--offsets",
+                paths["offsets"],
+                "--out",
+                str(out),
+                "--no-progress",
+            ]
+        )
         assert code == 2
         error = json.loads((out / "error.json").read_text())
         table = spec.partition("#")[2] or "idemp_dedup"

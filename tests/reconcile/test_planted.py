@@ -15,12 +15,24 @@ pytestmark = pytest.mark.spark
 
 
 def run_cli(paths: dict[str, str], out: Path, *extra: str) -> int:
-    return main([
-        "--history", paths["history"], "--records", paths["records"],
-        "--offsets", paths["offsets"], "--out", str(out),
-        "--effects", f"{paths['effects']}:order_id:{planted.NS1}",
-        "--as-of", str(planted.AS_OF), "--no-progress", *extra,
-    ])
+    return main(
+        [
+            "--history",
+            paths["history"],
+            "--records",
+            paths["records"],
+            "--offsets",
+            paths["offsets"],
+            "--out",
+            str(out),
+            "--effects",
+            f"{paths['effects']}:order_id:{planted.NS1}",
+            "--as-of",
+            str(planted.AS_OF),
+            "--no-progress",
+            *extra,
+        ]
+    )
 
 
 @pytest.fixture(scope="module")
@@ -48,17 +60,16 @@ def test_planted_counts_exact(spark: Any, tmp_path: Path, dataset: Any, fmt: str
     # every key's flags, exactly
     keys = spark.read.parquet(str(out / "keys")).where("in_scope and key is not null")
     names = list(planted.CLASS_COUNTS)
-    got = {
-        (r["namespace"], r["key"]): {n for n in names if r[n]}
-        for r in keys.collect()
-    }
+    got = {(r["namespace"], r["key"]): {n for n in names if r[n]} for r in keys.collect()}
     assert got == expected
     # the discrepancy files hold exactly the discrepancy flags
     disc = spark.read.parquet(str(out / "discrepancies"))
-    per_class = {r["discrepancy"]: r["count"] for r in disc.groupBy("discrepancy").count()
-                 .collect()}
-    assert per_class == {k: v for k, v in planted.CLASS_COUNTS.items()
-                         if k not in ("ok", "duplicate_absorbed")}
+    per_class = {
+        r["discrepancy"]: r["count"] for r in disc.groupBy("discrepancy").count().collect()
+    }
+    assert per_class == {
+        k: v for k, v in planted.CLASS_COUNTS.items() if k not in ("ok", "duplicate_absorbed")
+    }
     # per subscription and day
     per_sub = {(s["group"], s["topic"]): s for s in summary["per_subscription"]}
     assert per_sub[("g2", "payments")]["lost"] == 1
@@ -71,20 +82,45 @@ def test_planted_counts_exact(spark: Any, tmp_path: Path, dataset: Any, fmt: str
     assert summary["deliveries_histogram"]["2"] == 7
     assert summary["deliveries_histogram"]["0"] == 2  # the orphans
     html = (out / "report.html").read_text()
-    assert "<svg" in html and "lost-1" in html and "http" not in html.replace(
-        'xmlns="http://www.w3.org/2000/svg"', "")
+    assert (
+        "<svg" in html
+        and "lost-1" in html
+        and "http" not in html.replace('xmlns="http://www.w3.org/2000/svg"', "")
+    )
 
 
 def test_thresholds_and_clean_exit(spark: Any, tmp_path: Path, dataset: Any) -> None:
     b, _ = dataset
     paths = planted.write(b, tmp_path / "in", "parquet")
     out = tmp_path / "out"
-    code = run_cli(paths, out, "--fail-on", "doubled=1", "--fail-on", "lost=4",
-                   "--fail-on", "stuck=2", "--fail-on", "effect_missing=1")
+    code = run_cli(
+        paths,
+        out,
+        "--fail-on",
+        "doubled=1",
+        "--fail-on",
+        "lost=4",
+        "--fail-on",
+        "stuck=2",
+        "--fail-on",
+        "effect_missing=1",
+    )
     assert code == 0
-    code = run_cli(paths, out, "--fail-on", "orphan=1", "--fail-on", "doubled=1",
-                   "--fail-on", "lost=4", "--fail-on", "stuck=2", "--fail-on",
-                   "effect_missing=1", "--no-html")
+    code = run_cli(
+        paths,
+        out,
+        "--fail-on",
+        "orphan=1",
+        "--fail-on",
+        "doubled=1",
+        "--fail-on",
+        "lost=4",
+        "--fail-on",
+        "stuck=2",
+        "--fail-on",
+        "effect_missing=1",
+        "--no-html",
+    )
     assert code == 1
     summary = json.loads((out / "summary.json").read_text())
     assert summary["failed"] == {"orphan": 2}
