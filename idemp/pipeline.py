@@ -585,8 +585,6 @@ class IdempotentBatchListener(_Wrapped):
             error = exc
         processed = 0  # counted once for the batch: one counter update, not one per message
         done = core.done
-        # Logged one by one only when the level is on; else built here (the common case).
-        quiet = not _stats.logger.isEnabledFor(_LEVEL[Outcome.PROCESSED])
         for n, ticket in enumerate(tickets):
             if not runs[n]:
                 continue
@@ -602,9 +600,6 @@ class IdempotentBatchListener(_Wrapped):
             if takeover:
                 _stats.incr(core.name, "takeovers")
             processed += 1
-            if quiet and not takeover:
-                out[n] = Result(Outcome.PROCESSED, job.message, job.key, value)
-                continue
             out[n] = done(
                 Outcome.PROCESSED, job.message, job, value=value, takeover=takeover, count=False
             )

@@ -188,9 +188,10 @@ class Commands:
             return self.client.execute_command(*args)
         conn = held.conn
         try:
-            if conn.can_read():
-                raise ConnectionError("idle connection has unread data")
+            stale = conn.can_read()  # an idle connection has nothing to read
         except (ConnectionError, TimeoutError, OSError):
+            stale = True
+        if stale:
             conn.disconnect()  # the send below connects again
 
         def once() -> Any:
