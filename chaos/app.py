@@ -58,6 +58,34 @@ def create_schema(pg_url: str) -> None:
         engine.dispose()
 
 
+def apply_in_sequence(engine: sa.Engine, message: Message, pid: int, topic: str) -> bool:
+    """Apply one message of a sequence (body ``{"stream", "n"}``): the stream's cursor and
+    the effect row (under ``topic``) in one transaction. False if the cursor shows it
+    applied already (the flag did not know: a crash, a flag lost or expired)."""
+    body = json.loads(message.body)
+    stream, n = body["stream"], int(body["n"])
+    with engine.begin() as conn:
+        conn.execute(pg_insert(CURSORS).values(stream=stream, last=-1).on_conflict_do_nothing())
+        last = conn.execute(
+            sa.select(CURSORS.c.last).where(CURSORS.c.stream == stream).with_for_update()
+        ).scalar_one()
+        if n <= last:
+            return False
+        conn.execute(sa.update(CURSORS).where(CURSORS.c.stream == stream).values(last=n))
+        conn.execute(
+            EFFECTS.insert().values(
+                topic=topic,
+                key=message.key,
+                entity=stream,
+                n=n,
+                gap=n != last + 1,
+                pid=pid,
+                msg_id=message.msg_id,
+            )
+        )
+    return True
+
+
 class Consumers:
     """The three runners of one consumer process."""
 
@@ -105,30 +133,8 @@ class Consumers:
 
         @idempotent(key="keys", strategy=self.flag, name="seq")
         def seq(message: Message) -> None:
-            body = json.loads(message.body)
-            stream, n = body["stream"], int(body["n"])
-            with engine.begin() as conn:  # cursor and effect: one transaction
-                conn.execute(
-                    pg_insert(CURSORS).values(stream=stream, last=-1).on_conflict_do_nothing()
-                )
-                last = conn.execute(
-                    sa.select(CURSORS.c.last).where(CURSORS.c.stream == stream).with_for_update()
-                ).scalar_one()
-                if n <= last:  # applied already: the flag did not know (crash, lost flag)
-                    self.cursor_repeats += 1
-                    return
-                conn.execute(sa.update(CURSORS).where(CURSORS.c.stream == stream).values(last=n))
-                conn.execute(
-                    EFFECTS.insert().values(
-                        topic=SEQ_TOPIC,
-                        key=message.key,
-                        entity=stream,
-                        n=n,
-                        gap=n != last + 1,
-                        pid=pid,
-                        msg_id=message.msg_id,
-                    )
-                )
+            if not apply_in_sequence(engine, message, pid, SEQ_TOPIC):
+                self.cursor_repeats += 1
 
         @guarded(
             RIDE_HAILING_ORDER,

@@ -28,9 +28,8 @@ from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
-from sqlalchemy.dialects.postgresql import insert as pg_insert
 
-from chaos.app import CURSORS, EFFECTS
+from chaos.app import EFFECTS, apply_in_sequence
 from idemp.message import Message
 
 PAY_TOPIC, PAY_GROUP = "SoakPay", "soak-pay"
@@ -126,29 +125,7 @@ class SoakConsumers:
         @idempotent(key="keys", strategy=self.flag, name="soak-seq")
         def seq(message: Message) -> None:
             seen(message)
-            body = json.loads(message.body)
-            stream, n = body["stream"], int(body["n"])
-            with engine.begin() as conn:
-                conn.execute(
-                    pg_insert(CURSORS).values(stream=stream, last=-1).on_conflict_do_nothing()
-                )
-                last = conn.execute(
-                    sa.select(CURSORS.c.last).where(CURSORS.c.stream == stream).with_for_update()
-                ).scalar_one()
-                if n <= last:
-                    return  # applied already; the flag had expired or was lost
-                conn.execute(sa.update(CURSORS).where(CURSORS.c.stream == stream).values(last=n))
-                conn.execute(
-                    EFFECTS.insert().values(
-                        topic=SEQ_TOPIC,
-                        key=message.key,
-                        entity=stream,
-                        n=n,
-                        gap=n != last + 1,
-                        pid=pid,
-                        msg_id=message.msg_id,
-                    )
-                )
+            apply_in_sequence(engine, message, pid, SEQ_TOPIC)  # False: applied already
 
         client = ClientSettings(namesrv_addr=namesrv)
         self.runners: list[Any] = []
