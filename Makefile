@@ -22,7 +22,7 @@ PYTEST_ARGS ?=
 PYTEST      ?= $(BIN)/pytest -q $(PYTEST_ARGS)
 RUFF_PATHS  := idemp adapters tests benchmarks fuzz examples chaos docker/check_compose.py setup.py
 
-.PHONY: help venv test lint check-java demo bench clean fuzz chaos soak
+.PHONY: help venv test lint check-java demo bench clean fuzz chaos soak interop
 
 help:
 	@echo "make demo    run the main job on embedded defaults"
@@ -124,6 +124,10 @@ chaos: $(STAMP)
 # 30 minutes of steady produce/consume with the decorators on (SOAK_ARGS='--minutes 60').
 soak: $(STAMP)
 	$(BIN)/python -m chaos.soak --out soak-windows.jsonl $(SOAK_ARGS)
+
+# RocketMQ 4.9.7's Java client against idemp's broker (needs REALRMQ_HOME; not in make test).
+interop: $(STAMP)
+	interop/run.sh
 
 clean:
 	rm -rf $(VENV) .cache build dist *.egg-info .eggs .pytest_cache .mypy_cache \
