@@ -267,7 +267,11 @@ def load_acl(path: str | Path) -> PlainAcl:
     except OSError as exc:
         raise ConfigError(f"aclEnable=true but cannot read {p}: {exc.strerror}") from None
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{p}: not valid YAML: {exc}") from None
+        # str(exc) quotes the offending lines (secrets included): report only the place.
+        mark = getattr(exc, "problem_mark", None)
+        problem = getattr(exc, "problem", None) or "parse error"
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+        raise ConfigError(f"{p}: not valid YAML: {where}{problem}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{p}: expected a mapping with 'accounts'")
     try:

@@ -303,6 +303,9 @@ def test_address_patterns(pattern: str, inside: list[str], outside: list[str]) -
         "- just a list\n",
         "accounts:\n  - accessKey: longenough\n    secretKey: SECRETVALUE123\n"
         "  - accessKey: longenough\n    secretKey: SECRETVALUE123\n",
+        # not YAML: the parser's own message quotes the lines around the error
+        "accounts:\n  - accessKey: longenough\n    secretKey: SECRETVALUE123: [\n",
+        "accounts:\n  - accessKey: longenough\n    secretKey: 'SECRETVALUE123\n",
     ],
 )
 def test_bad_acl_files_are_config_errors_without_the_secret(tmp_path: Path, bad: str) -> None:
