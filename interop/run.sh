@@ -26,4 +26,6 @@ for mode in concurrent orderly; do
     out=$("${JAVA_RUN[@]}" PushCount "127.0.0.1:$NS_PORT" "TopicInterop_$mode" "GInterop_$mode" 100 "$mode" 120 2>/dev/null | grep '^mode=') || rc=1
     echo "idemp broker: $out"
 done
+out=$("${JAVA_RUN[@]}" ProduceAll "127.0.0.1:$NS_PORT" TopicInteropProduce 20 2>/dev/null | grep '^sync=') || rc=1
+echo "idemp broker: $out"
 exit $rc
