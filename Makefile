@@ -31,6 +31,7 @@ help:
 	@echo "make bench   run the benchmarks"
 	@echo "make fuzz    coverage-guided fuzzing (atheris) of the codec and the broker dispatch"
 	@echo "make chaos   the full chaos run (faults while consuming; CHAOS_ARGS='--seed 8')"
+	@echo "make interop the Java client and mqadmin of REALRMQ_HOME (RocketMQ 4.9.7) against idemp's broker"
 	@echo "make soak    30 minutes steady: RSS, fds and p99 latency must stay flat"
 	@echo "make venv    (re)build .venv if pyproject.toml/setup.py changed"
 	@echo "make clean   remove .venv and every cache"
