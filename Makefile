@@ -20,9 +20,9 @@ JDBC_DEBS  := libpostgresql-jdbc-java libxerial-sqlite-jdbc-java libxerial-sqlit
 # or replace it wholesale with `make test PYTEST='...'`.
 PYTEST_ARGS ?=
 PYTEST      ?= $(BIN)/pytest -q $(PYTEST_ARGS)
-RUFF_PATHS  := idemp adapters tests benchmarks fuzz examples chaos docker/check_compose.py setup.py
+RUFF_PATHS  := idemp adapters tests benchmarks fuzz examples chaos interop docker/check_compose.py setup.py
 
-.PHONY: help venv test lint check-java demo bench clean fuzz chaos soak
+.PHONY: help venv test lint check-java demo bench clean fuzz chaos soak interop
 
 help:
 	@echo "make demo    run the main job on embedded defaults"
@@ -31,6 +31,7 @@ help:
 	@echo "make bench   run the benchmarks"
 	@echo "make fuzz    coverage-guided fuzzing (atheris) of the codec and the broker dispatch"
 	@echo "make chaos   the full chaos run (faults while consuming; CHAOS_ARGS='--seed 8')"
+	@echo "make interop the Java client and mqadmin of REALRMQ_HOME (RocketMQ 4.9.7) against idemp's broker"
 	@echo "make soak    30 minutes steady: RSS, fds and p99 latency must stay flat"
 	@echo "make venv    (re)build .venv if pyproject.toml/setup.py changed"
 	@echo "make clean   remove .venv and every cache"
@@ -124,6 +125,10 @@ chaos: $(STAMP)
 # 30 minutes of steady produce/consume with the decorators on (SOAK_ARGS='--minutes 60').
 soak: $(STAMP)
 	$(BIN)/python -m chaos.soak --out soak-windows.jsonl $(SOAK_ARGS)
+
+# RocketMQ 4.9.7's Java client against idemp's broker (needs REALRMQ_HOME; not in make test).
+interop: $(STAMP)
+	interop/run.sh
 
 clean:
 	rm -rf $(VENV) .cache build dist *.egg-info .eggs .pytest_cache .mypy_cache \

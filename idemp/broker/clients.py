@@ -125,14 +125,8 @@ class ClientManager:
                 subs[topic] = SubscriptionData.build(
                     topic, str(sub.get("subString", "*")), version_ms
                 )
-            if _subs_differ(info.subscriptions, subs):
-                # RocketMQ keeps the newest subscription of each topic for the group.
-                for topic, sub_data in subs.items():
-                    old = info.subscriptions.get(topic)
-                    if old is None or old.sub_version <= sub_data.sub_version:
-                        info.subscriptions[topic] = sub_data
-                if group not in changed:
-                    changed.append(group)
+            if _update_subscriptions(info.subscriptions, subs) and group not in changed:
+                changed.append(group)
         for data in body.get("producerDataSet") or []:
             group = str(data.get("groupName", ""))
             if not group:
@@ -202,9 +196,24 @@ class ClientManager:
         return live[0] if live else None
 
 
-def _subs_differ(old: dict[str, SubscriptionData], new: dict[str, SubscriptionData]) -> bool:
+def _update_subscriptions(
+    table: dict[str, SubscriptionData], new: dict[str, SubscriptionData]
+) -> bool:
+    """Apply a heartbeat's subscriptions as RocketMQ 4.9.7's
+    ConsumerGroupInfo.updateSubscription does: a newer subVersion replaces the stored one
+    even when the expression is unchanged (the Java client raises it after each
+    rebalance and pulls without a subscription of its own), an older one is ignored, and
+    topics the heartbeat no longer lists are dropped. Only added or dropped topics count
+    as a change worth notifying."""
+    updated = False
     for topic, sub in new.items():
-        prev = old.get(topic)
-        if prev is None or prev.sub_string != sub.sub_string:
-            return True
-    return False
+        old = table.get(topic)
+        if old is None:
+            table[topic] = sub
+            updated = True
+        elif sub.sub_version > old.sub_version:
+            table[topic] = sub
+    for topic in [t for t in table if t not in new]:
+        del table[topic]
+        updated = True
+    return updated

@@ -27,7 +27,7 @@ from idemp.remoting import (
 from idemp.remoting.codes import RPC_ONEWAY
 
 from .acl import EXCEPTION_PREFIX as ACL_EXCEPTION_PREFIX
-from .acl import AclDenied, PlainAcl, default_acl_path, load_acl
+from .acl import AclDenied, AclFileWatch, PlainAcl, default_acl_path, load_acl
 from .clients import ClientManager
 from .config import BrokerConfig
 from .locks import LockManager
@@ -244,6 +244,9 @@ class BrokerServer:
         ]
         if not self.config.sync_flush:
             self._tasks.append(loop.create_task(self._async_flush()))
+        if self.acl is not None:
+            watch = AclFileWatch(self.acl, lambda acl: setattr(self, "acl", acl))
+            self._tasks.append(loop.create_task(watch.run()))
 
     async def stop(self) -> None:
         for srv in self.servers:

@@ -265,6 +265,7 @@ class RawClient:
         subscription: str = "*",
         suspend_ms: int = 15000,
         commit_offset: int = 0,
+        sub_version: int = 0,
         timeout: float | None = None,
     ) -> RemotingCommand:
         ext: dict[str, Any] = {
@@ -277,7 +278,7 @@ class RawClient:
             "commitOffset": commit_offset,
             "suspendTimeoutMillis": suspend_ms,
             "subscription": subscription,
-            "subVersion": 0,
+            "subVersion": sub_version,
         }
         return self.request(RequestCode.PULL_MESSAGE, ext, timeout=timeout)
 
@@ -298,6 +299,7 @@ class RawClient:
         consumer_groups: Sequence[str] = (),
         producer_groups: Sequence[str] = (),
         topic: str = "T",
+        sub_version: int = 1,
     ) -> RemotingCommand:
         body = {
             "clientID": client_id,
@@ -314,7 +316,7 @@ class RawClient:
                             "subString": "*",
                             "tagsSet": [],
                             "codeSet": [],
-                            "subVersion": 1,
+                            "subVersion": sub_version,
                             "classFilterMode": False,
                             "expressionType": "TAG",
                         }

@@ -20,6 +20,7 @@ from idemp.broker.acl import (
     PUB,
     SUB,
     AclDenied,
+    AclFileWatch,
     PlainAcl,
     default_acl_path,
     load_acl,
@@ -303,6 +304,9 @@ def test_address_patterns(pattern: str, inside: list[str], outside: list[str]) -
         "- just a list\n",
         "accounts:\n  - accessKey: longenough\n    secretKey: SECRETVALUE123\n"
         "  - accessKey: longenough\n    secretKey: SECRETVALUE123\n",
+        # not YAML: the parser's own message quotes the lines around the error
+        "accounts:\n  - accessKey: longenough\n    secretKey: SECRETVALUE123: [\n",
+        "accounts:\n  - accessKey: longenough\n    secretKey: 'SECRETVALUE123\n",
     ],
 )
 def test_bad_acl_files_are_config_errors_without_the_secret(tmp_path: Path, bad: str) -> None:
@@ -507,3 +511,41 @@ def test_refusal_log_line_is_emitted_in_process(
     assert len(lines) == 1
     assert "accessKey=producerAK" in lines[0] and "broker 127.0.0.1:" in lines[0]
     assert SECRET not in caplog.text
+
+
+def test_an_edited_acl_file_applies_and_a_bad_edit_keeps_the_last_good_rules(
+    acl_file: Path, acl: PlainAcl, caplog: pytest.LogCaptureFixture
+) -> None:
+    """RocketMQ 4.9.7 reloads plain_acl.yml on change: accounts added, secrets changed,
+    rewritten in place or replaced by a rename."""
+    current: list[PlainAcl] = [acl]
+    watch = AclFileWatch(acl, current.append)
+    assert watch.poll() is False  # unchanged
+    new_secret = "n3w-s3cr3t-value"
+    # in place: a new account
+    acl_file.write_text(
+        ACL_YML + f"  - accessKey: addedAK01\n    secretKey: {new_secret}\n    admin: true\n",
+        encoding="utf-8",
+    )
+    assert watch.poll() is True
+    send_added = signed(10, SEND_T, b"x", ak="addedAK01", sk=new_secret)
+    assert _refusal(current[-1], send_added) is None
+    # by rename: producerAK's secret changed
+    tmp = acl_file.with_name("plain_acl.yml.tmp")
+    tmp.write_text(ACL_YML.replace(f"secretKey: {SECRET}\n", f"secretKey: {new_secret}\n"))
+    tmp.replace(acl_file)
+    assert watch.poll() is True
+    old_sig = signed(10, SEND_T, b"x", ak="producerAK", sk=SECRET)
+    assert _refusal(current[-1], old_sig) == "Check signature failed for accessKey=producerAK"
+    assert _refusal(current[-1], signed(10, SEND_T, b"x", ak="producerAK", sk=new_secret)) is None
+    # invalid: one line naming the file and the place, no secret; last good rules stay
+    n = len(current)
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="idemp.broker.acl"):
+        acl_file.write_text(f"accounts:\n  - accessKey: producerAK\n    secretKey: {SECRET}: [\n")
+        assert watch.poll() is False
+    assert len(current) == n
+    [record] = caplog.records
+    text = record.getMessage()
+    assert str(acl_file) in text and "line 3, column" in text and "\n" not in text
+    assert SECRET not in text

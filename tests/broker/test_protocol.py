@@ -699,3 +699,26 @@ def test_binary_header_request_gets_a_binary_header_response(broker: BrokerProce
         r = c.wait_response(cmd.opaque)
         assert r.serialize_type == SerializeType.ROCKETMQ
         assert (r.code, r.ext_fields) == (0, {"offset": "0"})
+
+
+def test_heartbeat_with_newer_sub_version_serves_pulls_without_subscription(
+    pull_topic: PullTopic,
+) -> None:
+    """The Java push consumer raises subVersion in a heartbeat after each rebalance while
+    its expression stays ``*``, then pulls without a subscription of its own: RocketMQ
+    stores the newer version (ConsumerGroupInfo.updateSubscription) and serves the pull."""
+    T, g = pull_topic.name, "G_SUBVER"
+    with pull_topic.connect() as c:
+        assert c.heartbeat("1-127.0.0.1@DEFAULT", [g], topic=T, sub_version=100).code == 0
+        assert c.heartbeat("1-127.0.0.1@DEFAULT", [g], topic=T, sub_version=200).code == 0
+        ok = c.pull(T, 0, 0, group=g, sys_flag=0, sub_version=200)
+        assert _pull_row(ok) == (0, "3")
+        # an older heartbeat does not roll the stored version back
+        assert c.heartbeat("1-127.0.0.1@DEFAULT", [g], topic=T, sub_version=150).code == 0
+        assert c.pull(T, 0, 0, group=g, sys_flag=0, sub_version=200).code == 0
+        # a pull newer than anything heartbeated is refused, as on RocketMQ
+        assert c.pull(T, 0, 0, group=g, sys_flag=0, sub_version=201).code == 25
+        # a heartbeat that no longer lists the topic drops its subscription
+        assert c.heartbeat("1-127.0.0.1@DEFAULT", [g], topic="Other", sub_version=300).code == 0
+        gone = c.pull(T, 0, 0, group=g, sys_flag=0, sub_version=200)
+        assert gone.code == 24 and "subscription not exist" in (gone.remark or "")

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# make interop: RocketMQ 4.9.7's Java client against idemp's broker. Needs $REALRMQ_HOME
+# (a 4.9.7 build: lib/*.jar); our Java programs in interop/java are compiled at run time
+# into .cache/interop (never committed). Ports are picked free; the broker is stopped on exit.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+if [ -z "${REALRMQ_HOME:-}" ] || [ ! -d "$REALRMQ_HOME/lib" ]; then
+    echo "make interop: REALRMQ_HOME is not set to a RocketMQ 4.9.7 build (need \$REALRMQ_HOME/lib); nothing run" >&2
+    exit 2
+fi
+CLS=.cache/interop/classes
+mkdir -p "$CLS"
+javac -nowarn -cp "$REALRMQ_HOME/lib/*" -d "$CLS" interop/java/*.java
+free_port() { .venv/bin/python -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+NS_PORT=$(free_port); BR_PORT=$(free_port)
+WORK=$(mktemp -d)
+.venv/bin/idemp broker -n "127.0.0.1:$NS_PORT" --listen-port "$BR_PORT" --store "$WORK/store" \
+    -p autoCreateTopicEnable=true > "$WORK/broker.log" 2>&1 &
+BROKER=$!
+trap 'kill $BROKER 2>/dev/null; wait $BROKER 2>/dev/null; rm -rf "$WORK"' EXIT
+for _ in $(seq 100); do grep -q "idemp broker ready" "$WORK/broker.log" && break; sleep 0.2; done
+grep -q "idemp broker ready" "$WORK/broker.log" || { cat "$WORK/broker.log"; exit 1; }
+JAVA_RUN=(java -Duser.home="$WORK" -cp "$REALRMQ_HOME/lib/*:$CLS")
+rc=0
+for mode in concurrent orderly; do
+    out=$("${JAVA_RUN[@]}" PushCount "127.0.0.1:$NS_PORT" "TopicInterop_$mode" "GInterop_$mode" 100 "$mode" 120 2>/dev/null | grep '^mode=') || rc=1
+    echo "idemp broker: $out"
+done
+out=$("${JAVA_RUN[@]}" ProduceAll "127.0.0.1:$NS_PORT" TopicInteropProduce 20 2>/dev/null | grep '^sync=') || rc=1
+echo "idemp broker: $out"
+INTEROP_HOME="$WORK" .venv/bin/python interop/mqadmin_cases.py "127.0.0.1:$NS_PORT" | sed 's/^/idemp broker: /' || rc=1
+exit $rc
