@@ -7,9 +7,11 @@ import sys
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from idemp import __version__
     from idemp.broker import main as broker_main
 
     parser = argparse.ArgumentParser(prog="idemp", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"idemp {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     broker = sub.add_parser("broker", help="run idemp's minimal RocketMQ broker")
     broker_main.add_arguments(broker)
