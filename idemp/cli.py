@@ -17,8 +17,10 @@ def build_parser() -> argparse.ArgumentParser:
     broker_main.add_arguments(broker)
     broker_sub = broker.add_subparsers(dest="broker_command")
     export = broker_sub.add_parser("export", help="export a store's message history")
-    export.add_argument("--store", required=True, dest="export_store")
-    export.add_argument("--out", required=True)
+    export.add_argument(
+        "--store", required=True, dest="export_store", help="the broker's store directory"
+    )
+    export.add_argument("--out", required=True, help="file to write (.parquet or .jsonl)")
     export.add_argument(
         "--format",
         choices=["parquet", "jsonl"],
