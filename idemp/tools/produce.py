@@ -50,9 +50,14 @@ def run(args: argparse.Namespace) -> int:
     from idemp.client import ClientSettings, OutMessage, Producer, ProducerSettings, RemotingError
 
     keys: list[str] = []
-    if args.keys_from:
-        keys = [k.strip() for k in Path(args.keys_from).read_text().splitlines() if k.strip()]
-    file_body = Path(args.body_file).read_bytes() if args.body_file else None
+    try:
+        if args.keys_from:
+            text = Path(args.keys_from).read_text()
+            keys = [k.strip() for k in text.splitlines() if k.strip()]
+        file_body = Path(args.body_file).read_bytes() if args.body_file else None
+    except OSError as e:  # one line naming the file, not a traceback
+        print(f"idemp produce: cannot read {e.filename}: {e.strerror}", file=sys.stderr)
+        return 2
     settings = ProducerSettings(
         group=args.group, send_timeout=args.timeout, default_topic_queue_nums=args.queue_nums
     )
