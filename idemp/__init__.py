@@ -7,6 +7,7 @@ The decorators pull in SQLAlchemy and redis-py, so they are imported on first us
 from __future__ import annotations
 
 import importlib
+from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
 
 from idemp.message import ConsumeResult, Message, ack_of
@@ -19,7 +20,10 @@ if TYPE_CHECKING:
     from idemp.outcome import BatchResult, Outcome, Result
     from idemp.pipeline import Context, guarded, idempotent
 
-__version__ = "0.1.0"
+try:  # one source: pyproject's version, as installed (the wheel, `idemp --version` agree)
+    __version__ = version("idemp")
+except PackageNotFoundError:  # imported from a source tree that was never installed
+    __version__ = "0+unknown"
 __all__ = [
     "BatchResult",
     "ConsumeResult",

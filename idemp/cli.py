@@ -7,16 +7,20 @@ import sys
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from idemp import __version__
     from idemp.broker import main as broker_main
 
     parser = argparse.ArgumentParser(prog="idemp", description=__doc__)
+    parser.add_argument("--version", action="version", version=f"idemp {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     broker = sub.add_parser("broker", help="run idemp's minimal RocketMQ broker")
     broker_main.add_arguments(broker)
     broker_sub = broker.add_subparsers(dest="broker_command")
     export = broker_sub.add_parser("export", help="export a store's message history")
-    export.add_argument("--store", required=True, dest="export_store")
-    export.add_argument("--out", required=True)
+    export.add_argument(
+        "--store", required=True, dest="export_store", help="the broker's store directory"
+    )
+    export.add_argument("--out", required=True, help="file to write (.parquet or .jsonl)")
     export.add_argument(
         "--format",
         choices=["parquet", "jsonl"],

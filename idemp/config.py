@@ -9,7 +9,6 @@ names. URLs carry passwords: ``repr()`` and every log line show them masked.
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
@@ -23,25 +22,12 @@ from pydantic_settings import (
 
 from idemp.strategies.base import Strategy
 from idemp.strategies.unique_key import valid_identifier
+from idemp.urls import mask_url as mask_url  # re-exported: users import it from here
 
 StrategyName = Literal[
     "unique_key", "redis_flag", "optimistic_version", "pessimistic_row_lock", "redisson_lock"
 ]
 _REDIS_STRATEGIES = ("redis_flag", "redisson_lock")
-
-_USERINFO = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<user>[^:@/]*)(?::[^@/]*)?@")
-_SECRET_QUERY = re.compile(r"(?i)([?&](?:password|passwd|pwd|secret|token|sslpassword)=)[^&]*")
-
-
-def mask_url(url: str) -> str:
-    """``redis://:s3cret@host/0`` → ``redis://:***@host/0``; secret query values too."""
-
-    def hide(m: re.Match[str]) -> str:
-        has_password = ":" in m.group(0)[len(m["scheme"]) :]
-        return f"{m['scheme']}{m['user']}:***@" if has_password else m.group(0)
-
-    masked = _USERINFO.sub(hide, url)
-    return _SECRET_QUERY.sub(r"\1***", masked)
 
 
 def _strategy_for_scheme(url: str) -> StrategyName:

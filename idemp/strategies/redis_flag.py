@@ -33,6 +33,7 @@ from idemp.strategies.base import (
     new_token,
     verdict_of_existing,
 )
+from idemp.urls import mask_url
 
 # Each script's per-key logic is one Lua function taking the key's current value (false
 # when absent); the single-key scripts call it once, the batch scripts once per key after
@@ -211,8 +212,6 @@ class RedisFlag(ClaimStrategy):
         self._retention = str(self.retention_ms)
 
     def __repr__(self) -> str:
-        from idemp.config import mask_url  # lazy: config imports the strategies
-
         return f"RedisFlag({mask_url(describe(self.client))}, deadline_ms={self.deadline_ms})"
 
     def record_key(self, namespace: str, key: str) -> str:

@@ -49,6 +49,7 @@ from redis.exceptions import RedisError
 from idemp.outcome import Outcome
 from idemp.strategies._redis import Commands, LuaScript, connect, describe
 from idemp.strategies.base import Job, StoreError, Strategy, Ticket, Verdict
+from idemp.urls import mask_url
 
 logger = logging.getLogger("idemp")
 
@@ -354,8 +355,6 @@ class RedissonLock(Strategy):
         self.attempts = 0  # lock scripts run (for tests: waiters retry on wake-ups only)
 
     def __repr__(self) -> str:
-        from idemp.config import mask_url  # lazy: config imports the strategies
-
         where = mask_url(describe(self.client))
         return f"RedissonLock({where}, lease_ms={self.lease_ms}, renew_s={self.renew_s})"
 

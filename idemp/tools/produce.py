@@ -19,17 +19,21 @@ from typing import IO, Any
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--namesrv", required=True, help="HOST:PORT[;HOST:PORT]")
-    p.add_argument("--topic", required=True)
-    p.add_argument("--group", default="idemp-produce")
-    p.add_argument("--count", type=int, default=1)
+    p.add_argument("--topic", required=True, help="topic to send to")
+    p.add_argument("--group", default="idemp-produce", help="producer group")
+    p.add_argument("--count", type=int, default=1, help="messages to send")
     p.add_argument("--skip", type=int, default=0, help="first index (indices skip..count-1)")
     p.add_argument("--keys-from", help="file with one message key per line (used in turn)")
-    p.add_argument("--sharding-key-count", type=int, default=0, metavar="K")
-    p.add_argument("--tag")
-    p.add_argument("--delay-level", type=int, default=0)
+    p.add_argument(
+        "--sharding-key-count", type=int, default=0, metavar="K", help="K > 0: spread over K keys"
+    )
+    p.add_argument("--tag", help="message tag")
+    p.add_argument("--delay-level", type=int, default=0, help="RocketMQ delay level, 0: none")
     body = p.add_mutually_exclusive_group()
-    body.add_argument("--body-size", type=int, default=32, metavar="B")
-    body.add_argument("--body-file", metavar="F")
+    body.add_argument(
+        "--body-size", type=int, default=32, metavar="B", help="random body of B bytes"
+    )
+    body.add_argument("--body-file", metavar="F", help="send the bytes of file F")
     p.add_argument("--rate", type=float, default=0.0, help="messages per second (0: no limit)")
     p.add_argument("--batch", type=int, default=0, help="send in batches of this size")
     p.add_argument("--record", help="write one JSON line per sent message to this file")
@@ -46,9 +50,14 @@ def run(args: argparse.Namespace) -> int:
     from idemp.client import ClientSettings, OutMessage, Producer, ProducerSettings, RemotingError
 
     keys: list[str] = []
-    if args.keys_from:
-        keys = [k.strip() for k in Path(args.keys_from).read_text().splitlines() if k.strip()]
-    file_body = Path(args.body_file).read_bytes() if args.body_file else None
+    try:
+        if args.keys_from:
+            text = Path(args.keys_from).read_text()
+            keys = [k.strip() for k in text.splitlines() if k.strip()]
+        file_body = Path(args.body_file).read_bytes() if args.body_file else None
+    except OSError as e:  # one line naming the file, not a traceback
+        print(f"idemp produce: cannot read {e.filename}: {e.strerror}", file=sys.stderr)
+        return 2
     settings = ProducerSettings(
         group=args.group, send_timeout=args.timeout, default_topic_queue_nums=args.queue_nums
     )
