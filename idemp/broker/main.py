@@ -34,9 +34,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--listen-port", type=int, help="broker port (0 picks a free one)")
     p.add_argument("--store", help="storePathRootDir")
     p.add_argument("--broker-ip", help="brokerIP1, the address advertised to clients")
-    p.add_argument("--broker-name")
-    p.add_argument("--cluster")
-    p.add_argument("--flush-disk-type", choices=["SYNC_FLUSH", "ASYNC_FLUSH"])
+    p.add_argument("--broker-name", help="brokerName (default broker-a)")
+    p.add_argument("--cluster", help="brokerClusterName (default DefaultCluster)")
+    p.add_argument(
+        "--flush-disk-type",
+        choices=["SYNC_FLUSH", "ASYNC_FLUSH"],
+        help="SYNC_FLUSH: fsync before SEND_OK (default ASYNC_FLUSH)",
+    )
     p.add_argument("--bind", help="address to listen on (default 127.0.0.1)")
     p.add_argument(
         "-p",
@@ -46,7 +50,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="KEY=VALUE",
         help="any broker.conf key, overriding the file",
     )
-    p.add_argument("--log-level", default="WARNING")
+    p.add_argument("--log-level", default="WARNING", help="logging level name (default WARNING)")
 
 
 def overrides_from(args: argparse.Namespace) -> dict[str, str]:

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..urls import mask_url
 from .job import DEFAULT_NAMESPACE, JobConfig, Subscription
 from .loaders import (
     EffectSource,
@@ -112,7 +113,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default="none",
         help="sha256: record fingerprints are SHA-256 of the body, compare them with the history's",
     )
-    p.add_argument("--redis-prefix", default="idemp")
+    p.add_argument(
+        "--redis-prefix",
+        default="idemp",
+        help="key prefix of the Redis strategies' records (default idemp)",
+    )
     p.add_argument(
         "--redis-retention-s",
         type=float,
@@ -120,7 +125,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="the Redis strategy's retention (recovers CONSUMING deadlines)",
     )
     p.add_argument("--master", default=None, help="Spark master (default local[*])")
-    p.add_argument("--shuffle-partitions", type=int, default=None)
+    p.add_argument(
+        "--shuffle-partitions",
+        type=int,
+        default=None,
+        help="spark.sql.shuffle.partitions (default: twice the cores, at least 4, locally)",
+    )
     p.add_argument(
         "--conf",
         action="append",
@@ -128,17 +138,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="KEY=VALUE",
         help="extra Spark configuration; repeatable",
     )
-    p.add_argument("--no-progress", action="store_true")
-    p.add_argument("--no-html", action="store_true")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars on stderr")
+    p.add_argument(
+        "--no-html", action="store_true", help="write the JSON and text report, no report.html"
+    )
     sub = p.add_subparsers(dest="reconcile_command")
     t = sub.add_parser("export-table", help="a SQL table (dedup or business) to Parquet")
     t.add_argument("--url", required=True, help="SQLAlchemy URL")
-    t.add_argument("--table", required=True)
-    t.add_argument("--out", required=True, dest="export_out")
+    t.add_argument("--table", required=True, help="table to export")
+    t.add_argument("--out", required=True, dest="export_out", help="Parquet file to write")
     r = sub.add_parser("export-redis", help="Redis flags (SCAN) to Parquet, with TTLs")
-    r.add_argument("--url", required=True)
-    r.add_argument("--match", default="idemp:*")
-    r.add_argument("--out", required=True, dest="export_out")
+    r.add_argument("--url", required=True, help="redis:// or redis+cluster:// URL")
+    r.add_argument("--match", default="idemp:*", help="SCAN pattern (default idemp:*)")
+    r.add_argument("--out", required=True, dest="export_out", help="Parquet file to write")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -280,15 +292,31 @@ def _union(dfs: list[DataFrame]) -> DataFrame:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.reconcile_command == "export-table":
-        n = export_sql_table(args.url, args.table, args.export_out)
-        print(f"exported {n} rows of {args.table} to {args.export_out}")
-        return 0
-    if args.reconcile_command == "export-redis":
-        n = export_redis(args.url, args.match, args.export_out)
-        print(f"exported {n} Redis keys matching {args.match!r} to {args.export_out}")
-        return 0
+    if args.reconcile_command in ("export-table", "export-redis"):
+        return _export(args)
     return reconcile(args)
+
+
+def _export(args: argparse.Namespace) -> int:
+    """An export that cannot reach its source or write its file says so in one line
+    (the URL masked), exit status 2: it is a command run by hand or by cron."""
+    command = f"idemp reconcile {args.reconcile_command}"
+    try:
+        if args.reconcile_command == "export-table":
+            n = export_sql_table(args.url, args.table, args.export_out)
+            print(f"exported {n} rows of {args.table} to {args.export_out}")
+        else:
+            n = export_redis(args.url, args.match, args.export_out)
+            print(f"exported {n} Redis keys matching {args.match!r} to {args.export_out}")
+    except OSError as exc:
+        print(f"{command}: cannot write {args.export_out}: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    except Exception as exc:  # driver errors: SQLAlchemy, redis-py, pyarrow
+        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        reason = reason.replace(args.url, mask_url(args.url))
+        print(f"{command}: {mask_url(args.url)}: {reason}", file=sys.stderr)
+        return 2
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:

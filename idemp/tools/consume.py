@@ -114,7 +114,11 @@ def run(args: argparse.Namespace) -> int:
         request_timeout=args.request_timeout,
         connect_timeout=args.request_timeout,
     )
-    out: IO[str] = open(args.record, "a", encoding="utf-8") if args.record else sys.stdout
+    try:
+        out: IO[str] = open(args.record, "a", encoding="utf-8") if args.record else sys.stdout
+    except OSError as exc:
+        print(f"idemp consume: cannot write {args.record}: {exc.strerror}", file=sys.stderr)
+        return 2
     lock = threading.Lock()
     stop = threading.Event()
     state = {"count": 0, "last": time.monotonic()}

@@ -11,7 +11,14 @@ DEFAULT_PULL_GROUP = "idemp_history_pull"
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--namesrv", required=True, help="HOST:PORT[;HOST:PORT]")
-    p.add_argument("--topic", action="append", required=True, dest="topics", metavar="TOPIC")
+    p.add_argument(
+        "--topic",
+        action="append",
+        required=True,
+        dest="topics",
+        metavar="TOPIC",
+        help="topic to pull (repeatable)",
+    )
     p.add_argument(
         "--group",
         action="append",
@@ -22,9 +29,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--begin-ms", type=int, help="store time from (epoch ms, inclusive)")
     p.add_argument("--end-ms", type=int, help="store time until (epoch ms, exclusive)")
-    p.add_argument("--out", required=True)
-    p.add_argument("--format", choices=["parquet", "jsonl"], default=None)
-    p.add_argument("--with-body", action="store_true")
+    p.add_argument("--out", required=True, help="file to write (.parquet or .jsonl)")
+    p.add_argument(
+        "--format",
+        choices=["parquet", "jsonl"],
+        default=None,
+        help="default: from the file extension",
+    )
+    p.add_argument(
+        "--with-body",
+        action="store_true",
+        help="write bodies (base64 in JSON lines) instead of their SHA-256",
+    )
     p.add_argument(
         "--pull-group",
         default=DEFAULT_PULL_GROUP,
