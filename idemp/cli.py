@@ -6,13 +6,28 @@ import argparse
 import sys
 
 
+class _SubcommandParser(argparse.ArgumentParser):
+    """Rejects unknown options itself, so the error shows this subcommand's usage.
+
+    Plain argparse hands a subcommand's leftovers back to the top-level parser, which
+    then prints ``usage: idemp [-h] ...``: true, but no help to someone who mistyped an
+    option of ``idemp reconcile``.
+    """
+
+    def parse_known_args(self, args=None, namespace=None):  # type: ignore[no-untyped-def]
+        parsed, extras = super().parse_known_args(args, namespace)
+        if extras:
+            self.error(f"unrecognized arguments: {' '.join(extras)}")
+        return parsed, extras
+
+
 def build_parser() -> argparse.ArgumentParser:
     from idemp import __version__
     from idemp.broker import main as broker_main
 
     parser = argparse.ArgumentParser(prog="idemp", description=__doc__)
     parser.add_argument("--version", action="version", version=f"idemp {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_SubcommandParser)
     broker = sub.add_parser("broker", help="run idemp's minimal RocketMQ broker")
     broker_main.add_arguments(broker)
     broker_sub = broker.add_subparsers(dest="broker_command")

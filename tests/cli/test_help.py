@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+import pytest
+
 from idemp.cli import build_parser
 
 
@@ -26,3 +28,26 @@ def test_walk_finds_an_option_without_help() -> None:
     parser = argparse.ArgumentParser(prog="x")
     parser.add_subparsers().add_parser("sub").add_argument("--bare")
     assert options_without_help(parser, "x") == ["x sub --bare"]
+
+
+def subcommand_paths(parser: argparse.ArgumentParser, path: tuple[str, ...] = ()) -> list[tuple]:
+    paths = []
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, child in action.choices.items():
+                paths.append((*path, name))
+                paths += subcommand_paths(child, (*path, name))
+    return paths
+
+
+@pytest.mark.parametrize("path", subcommand_paths(build_parser()), ids=" ".join)
+def test_a_wrong_option_prints_that_subcommands_usage(
+    path: tuple[str, ...], capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        build_parser().parse_args([*path, "--no-such-option"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"usage: idemp {' '.join(path)} ")
+    # the error is this subcommand's (a missing required option may be named first)
+    assert f"\nidemp {' '.join(path)}: error: " in err
