@@ -20,7 +20,7 @@ JDBC_DEBS  := libpostgresql-jdbc-java libxerial-sqlite-jdbc-java libxerial-sqlit
 # or replace it wholesale with `make test PYTEST='...'`.
 PYTEST_ARGS ?=
 PYTEST      ?= $(BIN)/pytest -q $(PYTEST_ARGS)
-RUFF_PATHS  := idemp adapters tests benchmarks fuzz examples chaos interop docker/check_compose.py setup.py
+RUFF_PATHS  := idemp adapters tests conftest.py benchmarks fuzz examples chaos interop docker/check_compose.py setup.py
 
 .PHONY: help venv test lint check-java demo bench clean fuzz chaos soak interop
 
