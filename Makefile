@@ -20,14 +20,15 @@ JDBC_DEBS  := libpostgresql-jdbc-java libxerial-sqlite-jdbc-java libxerial-sqlit
 # or replace it wholesale with `make test PYTEST='...'`.
 PYTEST_ARGS ?=
 PYTEST      ?= $(BIN)/pytest -q $(PYTEST_ARGS)
-RUFF_PATHS  := idemp adapters tests conftest.py benchmarks fuzz examples chaos interop docker/check_compose.py setup.py
+RUFF_PATHS  := idemp adapters tests conftest.py docs/build_api.py benchmarks fuzz examples chaos interop docker/check_compose.py setup.py
 
-.PHONY: help venv test lint check-java demo bench clean fuzz chaos soak interop
+.PHONY: help venv test lint api check-java demo bench clean fuzz chaos soak interop
 
 help:
 	@echo "make demo    run the main job on embedded defaults"
 	@echo "make test    lint (ruff, mypy, hadolint) + the whole pytest suite"
 	@echo "make lint    ruff (lint and format check), mypy and hadolint only"
+	@echo "make api     the API reference page from the docstrings (.cache/api/idemp.html)"
 	@echo "make bench   run the benchmarks"
 	@echo "make fuzz    coverage-guided fuzzing (atheris) of the codec and the broker dispatch"
 	@echo "make chaos   the full chaos run (faults while consuming; CHAOS_ARGS='--seed 8')"
@@ -46,6 +47,11 @@ $(STAMP): pyproject.toml setup.py
 	touch $@
 
 venv: $(STAMP)
+
+# One page: idemp's public surface (idemp.__all__), by pdoc; make test builds it too
+# (tests/structure/test_api_page.py) and fails on any warning.
+api: $(STAMP)
+	$(BIN)/python docs/build_api.py .cache/api
 
 # PySpark 4 needs Java 17 or newer on PATH (the machine image ships OpenJDK 17).
 check-java:

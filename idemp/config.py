@@ -54,6 +54,17 @@ class ListenerSettings(BaseModel):
 
 
 class IdempSettings(BaseSettings):
+    """Where and how listeners deduplicate, from code, ``IDEMP_*`` environment variables or a
+    TOML file (``IdempSettings.from_toml``), in that order of precedence.
+
+    ``backend`` (a SQLAlchemy or ``redis://`` URL, default ``sqlite:///idemp.db``),
+    ``strategy`` (default: from the URL's scheme), ``deadline_s`` (60: how long a claim
+    holds before another consumer may take it over), ``retention_s`` (7 days),
+    ``transactional``, ``table``, ``key_prefix``, ``lock_timeout_s``; ``listeners``
+    overrides any of them per listener name (``IDEMP_LISTENERS__orders__BACKEND=...``).
+    ``strategy_for(name)`` builds the strategy a listener should use.
+    """
+
     model_config = SettingsConfigDict(
         env_prefix="IDEMP_", env_nested_delimiter="__", extra="forbid", case_sensitive=False
     )

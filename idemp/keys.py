@@ -70,6 +70,8 @@ class MessageKeys(KeyExtractor):
 
 
 class Property(KeyExtractor):
+    """A user property of the message: ``Property("orderId")`` (``key="property:orderId"``)."""
+
     def __init__(self, name: str) -> None:
         self.name = name
         self.description = f"property {name!r}"

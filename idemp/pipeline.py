@@ -85,7 +85,22 @@ _LEVEL = {
 
 @dataclass(frozen=True, slots=True)
 class Context:
-    """What a handler that takes a second argument receives."""
+    """What a handler that takes a second argument (``def handle(message, ctx)``) receives.
+
+    ``ctx.connection`` is a SQLAlchemy 2 ``Connection`` inside the transaction that also
+    commits the dedup record (``UniqueKeyTable(..., transactional=True)``), the version row
+    (``OptimisticVersion``), the locked row (``PessimisticRowLock``) or, under ``@guarded``
+    on SQL, the entity's state: write with ``ctx.connection.execute(...)`` (``sa.text``
+    or Core statements) and never commit or roll it back yourself; idemp commits it after
+    the handler returns and rolls it back if the handler raises. Other strategies have no
+    such transaction, and reading ``ctx.connection`` raises ``RuntimeError`` naming the
+    ones that do.
+
+    Also: ``key`` (the business key), ``namespace`` (group/topic, or the decorator's),
+    ``takeover`` (True when a claim whose holder overran its deadline was taken over:
+    the first run may have had partial effects), ``attempt``, ``handle`` (the strategy's
+    own: a fencing token for ``RedissonLock``), ``transition`` under ``@guarded``.
+    """
 
     message: Message
     namespace: str

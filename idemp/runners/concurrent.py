@@ -25,6 +25,18 @@ log = logging.getLogger("idemp.runners.concurrent")
 
 
 class ConcurrentRunner(RunnerBase):
+    """Runs a listener on idemp's client as RocketMQ's concurrent consumer does.
+
+    ``ConcurrentRunner(listener, namesrv_addr="host:9876", group="g")`` (or full
+    ``settings=ConsumerSettings(...)``, ``client=ClientSettings(...)``); then
+    ``subscribe(topic, expression="*")``, ``start()`` (returns at once: consuming runs in
+    the runner's own thread) and ``shutdown()`` (stops pulling, waits for in-flight
+    listeners, commits offsets). Messages of a queue are handled in parallel by
+    ``ConsumerSettings.consume_thread_count`` threads; a listener's failure sends the
+    message back (``%RETRY%`` topic, then the group's ``%DLQ%`` after
+    ``max_reconsume_times``).
+    """
+
     orderly = False
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:

@@ -36,6 +36,16 @@ log = logging.getLogger("idemp.runners.orderly")
 
 
 class OrderlyRunner(RunnerBase):
+    """Runs a listener on idemp's client as RocketMQ's orderly consumer does: one message of
+    a queue at a time, in queue order, under its three locks (the broker's queue lock, the
+    process queue's, the consume lock).
+
+    Built and run like ``ConcurrentRunner``. A failed message is retried in place
+    (``suspend_current_queue_time``) so later messages of its queue wait, and goes to the
+    group's ``%DLQ%`` after ``max_reconsume_times``; ``shutdown()`` unlocks the queues it
+    held.
+    """
+
     orderly = True
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
