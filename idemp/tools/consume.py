@@ -3,15 +3,22 @@ one JSON line per delivered message (to ``--record FILE`` or stdout).
 
 Each line: pid, topic, queue, offset, msgId, keys, tags, reconsume times, the index
 from the body (see ``idemp produce``), and the listener's start and end times
-(``time.time()``; ``time`` is the delivery time). Lines are flushed one by one, so a
-process killed with SIGKILL loses no line for a message it finished. SIGTERM (or
-SIGINT) stops it cleanly: the batch in hand finishes, offsets are persisted, queue
-locks are released. Events (start, queue changes, stop) go to stderr as JSON lines.
+(``time.time()``; ``time`` is the delivery time); with ``--body`` the body too.
+
+``--strategy URL`` runs each delivery through ``@idempotent`` on that backend (key from
+``--key``): a line then says the outcome (``processed``, ``duplicates``, …), so a user
+can watch dedup work on their own topic before writing a listener.
+
+Lines are flushed one by one, so a process killed with SIGKILL loses no line for a
+message it finished. SIGTERM (or SIGINT) stops it cleanly: the batch in hand finishes,
+offsets are persisted, queue locks are released. Events (start, queue changes, stop)
+go to stderr as JSON lines.
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import os
 import re
@@ -35,6 +42,23 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--record", help="JSON lines file (default: stdout)")
     p.add_argument("--max", type=int, default=0, help="exit after N messages")
     p.add_argument("--idle-exit", type=float, default=0.0, help="exit after N idle seconds")
+    p.add_argument(
+        "--body",
+        action="store_true",
+        help="add the body to each line (text if UTF-8, else base64 with body_base64: true)",
+    )
+    s = p.add_argument_group("deduplication (what @idempotent would do)")
+    s.add_argument(
+        "--strategy",
+        metavar="URL",
+        help="run deliveries through @idempotent on this backend, e.g. sqlite:///dedup.db, "
+        "redis://host:6379/0; each line gets its outcome",
+    )
+    s.add_argument(
+        "--key",
+        default="keys",
+        help="business key: keys (the message keys, default), property:NAME or json:PATH",
+    )
     t = p.add_argument_group("tuning (RocketMQ defaults unless given)")
     t.add_argument("--threads", type=int, default=20, help="consume threads")
     t.add_argument("--batch-size", type=int, default=1, help="consumeMessageBatchMaxSize")
@@ -81,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
         MessageModel,
         RemotingError,
     )
-    from idemp.message import ConsumeResult, Message
+    from idemp.message import ConsumeResult, Message, ack_of
     from idemp.runners import ConcurrentRunner, OrderlyRunner
 
     if args.from_ == "first":
@@ -126,18 +150,39 @@ def run(args: argparse.Namespace) -> int:
     pid = os.getpid()
     fail_indexes = set(args.fail_index)
 
-    def listener(msg: Message) -> ConsumeResult:
-        start = time.time()
+    def index_of(msg: Message) -> int | None:
         m = _INDEX.match(msg.body[:24])
-        index = int(m.group(1)) if m else None
+        return int(m.group(1)) if m else None
+
+    def work(msg: Message) -> ConsumeResult:
         if args.sleep_ms > 0:
             time.sleep(args.sleep_ms / 1000)
-        result = ConsumeResult.SUCCESS
+        index = index_of(msg)
         if index is not None and index in fail_indexes:
             with lock:
                 n = fails[index] = fails.get(index, 0) + 1
             if args.fail_times < 0 or n <= args.fail_times:
-                result = ConsumeResult.RECONSUME_LATER
+                return ConsumeResult.RECONSUME_LATER
+        return ConsumeResult.SUCCESS
+
+    dedup = _dedup_listener(args, work) if args.strategy else None
+    if args.strategy and dedup is None:
+        return 2
+
+    def listener(msg: Message) -> ConsumeResult:
+        start = time.time()
+        index = index_of(msg)
+        extra: dict[str, Any] = {}
+        if dedup is not None:
+            outcome = dedup(msg)
+            result = ConsumeResult.SUCCESS if ack_of(outcome) else ConsumeResult.RECONSUME_LATER
+            extra["outcome"] = outcome.outcome.value
+            if outcome.key is not None:
+                extra["key"] = outcome.key
+        else:
+            result = work(msg)
+        if args.body:
+            extra.update(_body_fields(msg.body))
         line = json.dumps(
             {
                 "pid": pid,
@@ -154,6 +199,7 @@ def run(args: argparse.Namespace) -> int:
                 "time": start,
                 "start": start,
                 "end": time.time(),
+                **extra,
             }
         )
         with lock:
@@ -194,3 +240,36 @@ def run(args: argparse.Namespace) -> int:
         out.close()
     _event("stopped", pid=pid, consumed=state["count"])
     return 0
+
+
+def _body_fields(body: bytes) -> dict[str, Any]:
+    try:
+        return {"body": body.decode("utf-8")}
+    except UnicodeDecodeError:
+        return {"body": base64.b64encode(body).decode("ascii"), "body_base64": True}
+
+
+def _dedup_listener(args: argparse.Namespace, work: Any) -> Any:
+    """``work`` under ``@idempotent`` on ``--strategy``; None (and one line on stderr)
+    when the URL or the key spec is wrong, so the mistake shows before consuming."""
+    from idemp.config import strategy_from_url
+    from idemp.message import ConsumeResult, Message
+    from idemp.pipeline import idempotent
+    from idemp.urls import mask_url
+
+    try:
+        strategy = strategy_from_url(args.strategy)
+    except Exception as exc:
+        reason = str(exc).replace(args.strategy, mask_url(args.strategy)).splitlines()[0]
+        print(f"idemp consume: --strategy {mask_url(args.strategy)}: {reason}", file=sys.stderr)
+        return None
+
+    def handle(msg: Message) -> None:
+        if work(msg) is not ConsumeResult.SUCCESS:
+            raise RuntimeError("--fail-index: this delivery fails")
+
+    try:
+        return idempotent(key=args.key, strategy=strategy, group=args.group, name="consume")(handle)
+    except (ValueError, TypeError) as exc:
+        print(f"idemp consume: --key {args.key}: {exc}", file=sys.stderr)
+        return None
