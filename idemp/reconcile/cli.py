@@ -255,10 +255,13 @@ def reconcile(args: argparse.Namespace) -> int:
             else None
         )
         inputs: dict[str, Any] = {
-            "history": args.history,
-            "records": [redact(r) for r in args.records],
-            "offsets": args.offsets,
-            "effects": args.effects,
+            "history": [report.describe_input(h) for h in args.history],
+            "records": [report.describe_input(r, redact(r)) for r in args.records],
+            "offsets": [report.describe_input(args.offsets, redact(args.offsets))],
+            "effects": [
+                report.describe_input(e.path, spec)
+                for e, spec in zip(effect_sources, args.effects, strict=True)
+            ],
         }
         outcome = report.run(
             spark,

@@ -25,6 +25,7 @@ import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -366,7 +367,23 @@ text-align:right}th{background:#f4f4f4}td.l,th.l{text-align:left}
 .bad{color:#b00;font-weight:600}.good{color:#070;font-weight:600}.muted{color:#777}
 .banner{padding:.6em 1em;border-radius:4px}.banner.bad{background:#fdecea}
 .banner.good{background:#e9f7ef}code{font-size:.95em}
+.scroll{overflow-x:auto;max-width:100%}
 """
+
+# What an empty cell means, per column (shown under the tables that have such cells).
+EMPTY_CELLS = {
+    "status": "no dedup record for the key",
+    "n_effects": "effects not measured for this subscription (no --effects for it)",
+    "first_ts": "no message of the key in the history",
+    "day": "neither a message nor a record carries a time",
+    "group": "a record or effect that matches no subscription",
+    "topic": "a record or effect that matches no subscription",
+}
+
+OTHER_DESCRIPTION = (
+    "in none of the classes above (e.g. a record CONSUMING before its deadline with every "
+    "copy acknowledged)"
+)
 
 DESCRIPTIONS = {
     "ok": "one delivery, one effect",
@@ -417,18 +434,86 @@ def _svg_histogram(hist: Mapping[str, int]) -> str:
     return "".join(parts)
 
 
+def utc_time(ms: int | None) -> str:
+    """Epoch milliseconds as a date and time a person reads (UTC, to the second)."""
+    if ms is None:
+        return ""
+    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def human_size(n: int | None) -> str:
+    if n is None:
+        return ""
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{n} B"  # pragma: no cover - the loop always returns
+
+
+def describe_input(source: str, shown: str | None = None) -> dict[str, Any]:
+    """What the report says about one input: its name as given (a URL with its secret
+    masked), its size and modification time when it is a file or directory, so the report
+    stays meaningful after the files are gone."""
+    item: dict[str, Any] = {"source": shown if shown is not None else source}
+    path = Path(source)
+    try:
+        if path.is_file():
+            st = path.stat()
+            item["bytes"] = st.st_size
+            item["modified_ms"] = int(st.st_mtime * 1000)
+        elif path.is_dir():
+            files = [f for f in path.rglob("*") if f.is_file()]
+            item["bytes"] = sum(f.stat().st_size for f in files)
+            item["modified_ms"] = int(max((f.stat().st_mtime for f in files), default=0) * 1000)
+    except OSError:
+        pass
+    return item
+
+
+def _cell(col: str, value: Any) -> str:
+    if value is None:
+        return "–"
+    if col.endswith("_ts") or col.endswith("_ms"):
+        return utc_time(int(value))
+    return str(value)
+
+
 def _table(rows: list[Mapping[str, Any]], cols: list[str]) -> str:
+    """A table that scrolls inside the page when wide; an empty cell shows "–" and the
+    note under the table says what it means for that column."""
     e = html.escape
     head = "".join(f'<th class="l">{e(c)}</th>' for c in cols)
     body = "".join(
-        "<tr>"
-        + "".join(
-            f'<td class="l">{e("" if r.get(c) is None else str(r.get(c)))}</td>' for c in cols
-        )
-        + "</tr>"
+        "<tr>" + "".join(f'<td class="l">{e(_cell(c, r.get(c)))}</td>' for c in cols) + "</tr>"
         for r in rows
     )
-    return f"<table><tr>{head}</tr>{body}</table>"
+    empty = [c for c in cols if any(r.get(c) is None for r in rows)]
+    note = "".join(f"<br><code>{e(c)}</code> –: {e(EMPTY_CELLS.get(c, 'no value'))}" for c in empty)
+    note_html = f'<p class="muted">{note[4:]}</p>' if note else ""
+    return f'<div class="scroll"><table><tr>{head}</tr>{body}</table></div>{note_html}'
+
+
+def _inputs_table(inputs: Mapping[str, Any]) -> str:
+    rows = []
+    for role, items in inputs.items():
+        for item in items if isinstance(items, list) else [items]:
+            if isinstance(item, Mapping):
+                rows.append({"input": role, **item})
+            elif item is not None:
+                rows.append({"input": role, "source": str(item)})
+    e = html.escape
+    body = "".join(
+        f'<tr><td class="l">{e(r["input"])}</td><td class="l"><code>{e(r["source"])}</code></td>'
+        f"<td>{e(human_size(r.get('bytes')) or 'not a file')}</td>"
+        f'<td class="l">{e(utc_time(r.get("modified_ms")))}</td></tr>'
+        for r in rows
+    )
+    return (
+        '<div class="scroll"><table><tr><th class="l">input</th><th class="l">read from</th>'
+        f'<th>size</th><th class="l">modified</th></tr>{body}</table></div>'
+    )
 
 
 def render_html(summary: Mapping[str, Any]) -> str:
@@ -448,6 +533,10 @@ def render_html(summary: Mapping[str, Any]) -> str:
             f'<tr><td class="l {cls}">{e(name)}</td><td>{c[name]}</td>'
             f'<td class="l muted">{e(DESCRIPTIONS[name])}</td></tr>'
         )
+    rows.append(
+        f'<tr><td class="l">other</td><td>{c["other"]}</td>'
+        f'<td class="l muted">{e(OTHER_DESCRIPTION)}</td></tr>'
+    )
     counts = (
         "<table><tr><th class='l'>class</th><th>keys</th><th class='l'>meaning</th></tr>"
         + "".join(rows)
@@ -468,14 +557,12 @@ def render_html(summary: Mapping[str, Any]) -> str:
         )
         or "<p>No discrepancies.</p>"
     )
-    extra = ", ".join(
-        f"{k}: {c[k]}" for k in ("unkeyed_messages", "out_of_scope_records", "other") if c[k]
-    )
+    extra = ", ".join(f"{k}: {c[k]}" for k in ("unkeyed_messages", "out_of_scope_records") if c[k])
     return f"""<!doctype html><html><head><meta charset="utf-8">
 <title>idemp reconciliation</title><style>{_CSS}</style></head><body>
 <h1>idemp reconciliation</h1>
 <p>{c["keys"]} business keys, {c["messages"]} messages, {c["deliveries"]} deliveries;
-as of {summary["as_of_ms"]} ms; key = <code>{e(summary["key_from"])}</code>.
+as of {utc_time(summary["as_of_ms"])}; key = <code>{e(summary["key_from"])}</code>.
 {e(extra)}</p>
 {banner}
 <h2>Counts per class</h2>{counts}
@@ -483,5 +570,6 @@ as of {summary["as_of_ms"]} ms; key = <code>{e(summary["key_from"])}</code>.
 <h2>Per subscription</h2>{subs}
 <h2>Per day</h2>{days}
 <h2>Samples</h2>{samples}
+<h2>Inputs</h2>{_inputs_table(summary["inputs"])}
 </body></html>
 """

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from idemp.reconcile.cli import main
+from idemp.reconcile.report import human_size
 from tests.reconcile import planted
 
 pytestmark = pytest.mark.spark
@@ -87,6 +88,13 @@ def test_planted_counts_exact(spark: Any, tmp_path: Path, dataset: Any, fmt: str
         and "lost-1" in html
         and "http" not in html.replace('xmlns="http://www.w3.org/2000/svg"', "")
     )
+    # for a person: dates not epoch ms, every class counted (other too), inputs with sizes
+    assert "as of 2023-11-14 22:13:20 UTC" in html and str(planted.AS_OF) not in html
+    assert '<td class="l">other</td><td>1</td>' in html
+    for role in ("history", "records", "offsets", "effects"):
+        size = Path(paths[role]).stat().st_size
+        assert f'<td class="l">{role}</td>' in html, role
+        assert human_size(size) in html, role
 
 
 def test_thresholds_and_clean_exit(spark: Any, tmp_path: Path, dataset: Any) -> None:
