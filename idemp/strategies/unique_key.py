@@ -3,7 +3,8 @@
 Claim = ``INSERT … ON CONFLICT DO NOTHING`` (PostgreSQL, SQLite; ``INSERT IGNORE`` on
 MySQL): a row inserted is ours. Otherwise the row decides: CONSUMED → duplicate,
 CONSUMING before its deadline → in progress, CONSUMING past it (or CONSUMED past its
-retention) → a compare-and-set ``UPDATE … WHERE owner = :old`` that only one taker wins.
+retention) → a compare-and-set ``UPDATE … WHERE owner = :old AND status = :read AND
+deadline passed`` that only one taker wins, and that a holder committing late defeats.
 
 Two modes:
 
@@ -288,9 +289,19 @@ class UniqueKeyTable(ClaimStrategy):
                         detail=f"stored fingerprint {fp}" if fp else "",
                     )
             row = self._row(job, token, now, status)
+            # Compare-and-set on the state read, not on the owner alone: a holder that
+            # commits after our read (PostgreSQL and MySQL re-check the WHERE on the row
+            # as committed) turns the record CONSUMED and the takeover matches nothing.
+            passed = t.c.expires_ms <= now if expired else t.c.deadline_ms <= now
             taken = conn.execute(
                 sa.update(t)
-                .where(t.c.namespace == job.namespace, t.c.business_key == key, t.c.owner == owner)
+                .where(
+                    t.c.namespace == job.namespace,
+                    t.c.business_key == key,
+                    t.c.owner == owner,
+                    t.c.status == st,
+                    passed,
+                )
                 .values(
                     status=status,
                     owner=token,
@@ -307,9 +318,8 @@ class UniqueKeyTable(ClaimStrategy):
                 # a CONSUMING one past its deadline is a takeover.
                 verdict = Verdict.TAKEOVER if st == CONSUMING and not expired else Verdict.RUN
                 return Ticket(job, verdict, token, attempts=attempts + 1)
-            return Ticket(
-                job, Verdict.IN_PROGRESS, attempts=attempts, detail="lost the takeover race"
-            )
+            # The record changed since we read it (another taker won, or its holder
+            # committed): read it again and decide on what it is now.
         return Ticket(job, Verdict.IN_PROGRESS, detail="record kept changing under the claim")
 
     def begin(self, job: Job) -> Ticket:
