@@ -80,8 +80,16 @@ def callback(
     ``group`` is the consumer group (the wheel does not tell the callback); it sets
     ``Message.consumer_group`` and so the default dedup namespace. ``properties`` names
     the user properties to copy. Any exception → ``RECONSUME_LATER``, logged (and passed
-    to ``on_error`` if given).
+    to ``on_error`` if given). The wheel cannot send a message to the DLQ itself: a
+    ``DEAD_LETTER`` result (a guarded transition held ``max_holds`` times) is returned as
+    ``RECONSUME_LATER``, and the broker dead-letters it once its reconsume times reach the
+    group's maximum (16, the default ``max_holds``).
     """
+    if not isinstance(group, str) or not group.strip():
+        raise ValueError(
+            f"callback(group={group!r}): pass the PushConsumer's consumer group; it names "
+            "the dedup namespace of every message (the wheel does not tell the callback)"
+        )
     from rocketmq.client import ConsumeStatus  # the optional dependency, at wrap time
 
     success, later = ConsumeStatus.CONSUME_SUCCESS, ConsumeStatus.RECONSUME_LATER

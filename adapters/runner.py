@@ -22,7 +22,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from idemp.message import ConsumeResult, Message, ack_of
+from idemp.message import ConsumeResult, Message, consume_result_of
 
 logger = logging.getLogger("idemp.adapters.runner")
 
@@ -31,17 +31,16 @@ Listener = Callable[[Message], Any]
 
 def listener(fn: Listener, *, group: str | None = None) -> Callable[[Message], ConsumeResult]:
     """Wrap ``fn`` for a runner: bind ``group`` where a message has none, read the result
-    with ``ack_of``; an exception or an unreadable result → RECONSUME_LATER."""
+    with ``consume_result_of``; an exception or an unreadable result → RECONSUME_LATER."""
 
     def consume(message: Message) -> ConsumeResult:
         if group is not None and message.consumer_group is None:
             message = dataclasses.replace(message, consumer_group=group)
         try:
-            ok = ack_of(fn(message))
+            return consume_result_of(fn(message))  # DEAD_LETTER stays DEAD_LETTER
         except Exception:
             logger.exception("listener failed on %s: reconsume later", message.msg_id)
             return ConsumeResult.RECONSUME_LATER
-        return ConsumeResult.SUCCESS if ok else ConsumeResult.RECONSUME_LATER
 
     consume.__wrapped__ = fn  # type: ignore[attr-defined]
     return consume

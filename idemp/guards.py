@@ -9,8 +9,10 @@ decides, for the entity's current state and a message's target:
   the target is the current state, is behind it, or is not reachable from it at all;
 * AHEAD: the target is reachable but not yet (its predecessor has not arrived): held
   (``Outcome.HELD`` → reconsume later) while ``message.reconsume_times < max_holds``,
-  then the ``after_holds`` policy (``"drop"``, or ``"reconsume"`` to keep holding and let
-  the broker's own retry limit dead-letter it).
+  then the ``after_holds`` policy: ``"dead_letter"`` (the default: the message goes to
+  the group's ``%DLQ%``, where an operator sees and replays it), ``"reconsume"`` (keep
+  holding and let the broker's own retry limit dead-letter it) or ``"drop"`` (ack it:
+  the transition is lost, only a counter says so).
 
 A state store loads the current state and saves the new one by compare-and-set, in one
 transaction with the handler's writes when it can: :class:`SqlStateStore` (its own
@@ -61,6 +63,13 @@ class GuardDrop(Exception):
 
 class GuardHold(Exception):
     """The transition comes too early: the message comes back later."""
+
+
+class GuardGiveUp(Exception):
+    """Held ``max_holds`` times: the message goes to the group's dead-letter queue."""
+
+
+AFTER_HOLDS = ("dead_letter", "reconsume", "drop")
 
 
 class GuardConflict(RuntimeError):
@@ -329,10 +338,14 @@ class Guard:
         entity: KeySpec,
         target: KeySpec,
         max_holds: int = 16,
-        after_holds: str = "drop",
+        after_holds: str = "dead_letter",
     ) -> None:
-        if after_holds not in ("drop", "reconsume"):
-            raise ValueError("after_holds must be 'drop' or 'reconsume'")
+        if after_holds not in AFTER_HOLDS:
+            raise ValueError(
+                f"after_holds={after_holds!r}: expected one of {', '.join(AFTER_HOLDS)}"
+            )
+        if max_holds < 0:
+            raise ValueError(f"max_holds={max_holds}: expected 0 or more")
         self.machine = machine
         self.store = store
         self.entity = extractor(entity)
@@ -362,7 +375,10 @@ class Guard:
                 holds = message.reconsume_times
                 if holds < self.max_holds or self.after_holds == "reconsume":
                     raise GuardHold(f"{entity}: {tx.state} -> {target} is ahead (held {holds}x)")
-                raise GuardDrop(f"{entity}: {tx.state} -> {target} still ahead after {holds} holds")
+                gave_up = f"{entity}: {tx.state} -> {target} still ahead after {holds} holds"
+                if self.after_holds == "drop":
+                    raise GuardDrop(gave_up)
+                raise GuardGiveUp(gave_up)
             if decision is not Decision.APPLY:
                 raise GuardDrop(f"{entity}: {tx.state} -> {target} is {decision.value}")
         except BaseException:

@@ -22,6 +22,11 @@ class ConsumeResult(Enum):
 
     SUCCESS = "success"
     RECONSUME_LATER = "reconsume_later"
+    #: Give up on the message: the runner sends it to the group's ``%DLQ%`` topic at once
+    #: (RocketMQ's send-back with delay level -1), where an operator can see and replay
+    #: it. Runners that cannot (the official client) reconsume it instead, and the broker
+    #: dead-letters it after its maximum reconsume times.
+    DEAD_LETTER = "dead_letter"
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,20 +61,27 @@ class Message:
         return self.properties.get(name, default)
 
 
-def ack_of(result: object) -> bool:
+def consume_result_of(result: object) -> ConsumeResult:
     """How a runner reads a listener's return value.
 
-    ``None``/``True``/``SUCCESS`` ack; ``False``/``RECONSUME_LATER`` retry; an object
-    with a ``consume_result`` attribute (a decorated listener's outcome) is read
-    through it. Raising is handled by the runner and always means retry.
+    ``None``/``True``/``SUCCESS`` ack; ``False``/``RECONSUME_LATER`` retry;
+    ``DEAD_LETTER`` goes to the group's DLQ; an object with a ``consume_result``
+    attribute (a decorated listener's outcome) is read through it. Raising is handled by
+    the runner and always means retry.
     """
     if result is None or result is True:
-        return True
+        return ConsumeResult.SUCCESS
     if result is False:
-        return False
+        return ConsumeResult.RECONSUME_LATER
     if isinstance(result, ConsumeResult):
-        return result is ConsumeResult.SUCCESS
+        return result
     inner = getattr(result, "consume_result", None)
     if isinstance(inner, ConsumeResult):
-        return inner is ConsumeResult.SUCCESS
+        return inner
     raise TypeError(f"a listener returned {result!r}; expected None, a bool or a ConsumeResult")
+
+
+def ack_of(result: object) -> bool:
+    """True when the listener's return value acks the message (see
+    :func:`consume_result_of`); ``DEAD_LETTER`` is not an ack of the original."""
+    return consume_result_of(result) is ConsumeResult.SUCCESS

@@ -26,7 +26,9 @@ class Outcome(Enum):
     IN_PROGRESS = "in_progress"  # someone else holds it (claim, lock): come back later
     PAYLOAD_CONFLICT = "payload_conflicts"  # same key, different body: reported, not run
     SKIPPED = "skipped"  # no business key and the policy says skip
-    DEAD_LETTERED = "dead_lettered"  # handed to the dead-letter sink (no key, or policy)
+    # handed to the dead-letter sink (no key), or (``Result.to_dlq``) to the runner for
+    # the group's %DLQ% (a guarded transition held ``max_holds`` times)
+    DEAD_LETTERED = "dead_lettered"
     DROPPED = "guard_drops"  # stale, duplicate or disallowed transition: never applied
     HELD = "held"  # ahead of its predecessor: come back later
     FAILED = "failures"  # handler raised (or declined): claim released, come back later
@@ -57,10 +59,11 @@ class Result:
     error: BaseException | None = None
     takeover: bool = False  # the claim was taken over from a holder past its deadline
     detail: str = ""
+    to_dlq: bool = False  # DEAD_LETTERED: the runner must put it in the group's %DLQ%
 
     @property
     def consume_result(self) -> ConsumeResult:
-        return self.outcome.consume_result
+        return ConsumeResult.DEAD_LETTER if self.to_dlq else self.outcome.consume_result
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,7 +78,9 @@ class BatchResult:
 
     @property
     def consume_result(self) -> ConsumeResult:
-        return _ACK if all(r.outcome.acked for r in self.results) else _RETRY
+        # A batch is acked or retried whole: one message bound for the DLQ brings the
+        # batch back, and the broker dead-letters that one after its maximum reconsumes.
+        return _ACK if all(r.outcome.acked and not r.to_dlq for r in self.results) else _RETRY
 
     def count(self, outcome: Outcome) -> int:
         return sum(1 for r in self.results if r.outcome is outcome)

@@ -25,6 +25,7 @@ from idemp.guards import (
     Entered,
     Guard,
     GuardDrop,
+    GuardGiveUp,
     GuardHold,
     NoClaim,
     StateMachine,
@@ -44,7 +45,7 @@ from idemp.keys import (
     fingerprint_of,
     unusable,
 )
-from idemp.message import Message, ack_of
+from idemp.message import ConsumeResult, Message, ack_of, consume_result_of
 from idemp.outcome import BatchResult, Outcome, Result
 from idemp.strategies.base import Job, StoreError, Strategy, Ticket, Verdict
 
@@ -152,7 +153,9 @@ def _resolve_strategy(strategy: Strategy | str) -> Strategy:
         from idemp.config import strategy_from_url  # config builds strategies from URLs
 
         return strategy_from_url(strategy)
-    raise TypeError(f"strategy must be a Strategy or a backend URL, not {strategy!r}")
+    raise TypeError(
+        f"strategy must be a Strategy, a backend URL or a configured name, not {strategy!r}"
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -330,6 +333,11 @@ class _Core:
         if isinstance(error, (GuardDrop, GuardHold)):
             outcome = Outcome.DROPPED if isinstance(error, GuardDrop) else Outcome.HELD
             return self.done(outcome, ticket.job.message, ticket.job, detail=str(error))
+        if isinstance(error, GuardGiveUp):
+            job = ticket.job
+            return self.done(
+                Outcome.DEAD_LETTERED, job.message, job, detail=str(error), to_dlq=True
+            )
         outcome = self.strategy.classify(error) or Outcome.FAILED
         return self.done(
             outcome, ticket.job.message, ticket.job, error=error, detail=type(error).__name__
@@ -363,6 +371,16 @@ class _Core:
 
     def declined(self, ticket: Ticket, value: Any) -> Result:
         self.abort(ticket, None)
+        if consume_result_of(value) is ConsumeResult.DEAD_LETTER:
+            job = ticket.job
+            return self.done(
+                Outcome.DEAD_LETTERED,
+                job.message,
+                job,
+                value=value,
+                detail="listener asked to dead-letter",
+                to_dlq=True,
+            )
         return self.done(
             Outcome.FAILED,
             ticket.job.message,
@@ -382,6 +400,7 @@ class _Core:
         takeover: bool = False,
         detail: str = "",
         count: bool = True,
+        to_dlq: bool = False,
     ) -> Result:
         """Count (unless the caller counts a whole batch at once), log, and build the
         result of one message."""
@@ -403,7 +422,8 @@ class _Core:
                 error=repr(error) if error is not None else None,
                 detail=detail,
             )
-        return Result(outcome, message, job.key if job else None, value, error, takeover, detail)
+        key = job.key if job else None
+        return Result(outcome, message, key, value, error, takeover, detail, to_dlq)
 
     def not_run(self, ticket: Ticket) -> Result:
         job = ticket.job
@@ -655,7 +675,8 @@ class _Idempotent:
     """``@idempotent(key=..., strategy=...)`` and ``@idempotent.batch(...)``.
 
     Options: ``key`` (an extractor, a callable, ``(Model, "field")``, ``"keys"``,
-    ``"property:NAME"``, ``"json:PATH"``), ``strategy`` (a Strategy or a backend URL),
+    ``"property:NAME"``, ``"json:PATH"``), ``strategy`` (a Strategy, a backend URL, or
+    a name configured in the settings: ``"orders"`` → ``IDEMP_LISTENERS__orders__…``),
     ``namespace`` (fixed) or ``group`` (default namespace ``<group>/<topic>``),
     ``fingerprint`` (True, or ``fn(message) -> bytes``), ``on_missing_key`` (``"raise"``,
     ``"skip"``, ``"dead_letter"`` with ``dead_letter=sink(message, reason)``), ``name``
@@ -741,7 +762,7 @@ def guarded(
     strategy: Strategy | str | None = None,
     key: KeySpec | None = None,
     max_holds: int = 16,
-    after_holds: str = "drop",
+    after_holds: str = "dead_letter",
     namespace: str | None = None,
     group: str | None = None,
     name: str | None = None,
@@ -754,11 +775,15 @@ def guarded(
     :class:`~idemp.guards.CallableStateStore`); ``strategy`` (optional) claims or locks
     around the guard, with ``key`` defaulting to ``<entity>-><target>``. Dropped →
     ``Outcome.DROPPED`` (acked); ahead → ``Outcome.HELD`` (reconsume later) while
-    ``message.reconsume_times < max_holds``, then ``after_holds`` (``"drop"`` or
-    ``"reconsume"``). The handler's context carries ``ctx.transition``; with a SQL store,
-    ``ctx.connection`` writes in the state's transaction. An ``async def`` handler is
-    awaited (``await listener(message)``); the state's load and save, like the
-    strategy's calls, run in the default executor.
+    ``message.reconsume_times < max_holds``, then ``after_holds``: ``"dead_letter"``
+    (``Outcome.DEAD_LETTERED``: the runner puts it in the group's ``%DLQ%`` for an
+    operator to replay; nothing is lost), ``"reconsume"`` (held until the broker's own
+    retry limit dead-letters it) or ``"drop"`` (acked and lost: an explicit choice).
+    The default ``max_holds`` (16) is RocketMQ's maximum reconsume times. The handler's
+    context carries ``ctx.transition``; with a SQL store, ``ctx.connection`` writes in
+    the state's transaction. An ``async def`` handler is awaited (``await
+    listener(message)``); the state's load and save, like the strategy's calls, run in
+    the default executor.
     """
     guard = Guard(
         machine,

@@ -13,12 +13,26 @@ from idemp.client.consumer import PushConsumer
 from idemp.client.processqueue import ProcessQueue
 from idemp.client.route import MessageQueue
 from idemp.client.settings import ClientSettings, ConsumerSettings
-from idemp.message import Message, ack_of
+from idemp.message import ConsumeResult, Message, consume_result_of
 from idemp.remoting import MessageExt
 
 log = logging.getLogger("idemp.runners")
 
 Listener = Callable[[Message], Any]
+
+
+#: RocketMQ's placeholder group: its clients refuse to consume with it (checkConfig).
+DEFAULT_CONSUMER_GROUP = "DEFAULT_CONSUMER"
+
+
+def check_group(host: str, group: str | None) -> None:
+    """Fail when the consumer is built, not per message: the group names the offsets, the
+    retry and DLQ topics, and the default namespace of the dedup records."""
+    if not group or group == DEFAULT_CONSUMER_GROUP:
+        raise ValueError(
+            f"{host}: no consumer group: pass group=... (or ConsumerSettings(group=...)); "
+            f"RocketMQ refuses the placeholder {DEFAULT_CONSUMER_GROUP!r} too"
+        )
 
 
 def is_async_listener(listener: Listener) -> bool:
@@ -27,16 +41,18 @@ def is_async_listener(listener: Listener) -> bool:
     )
 
 
-def _call_sync(listener: Listener, msgs: list[Message], stop_on_failure: bool) -> list[bool]:
-    out: list[bool] = []
+def _call_sync(
+    listener: Listener, msgs: list[Message], stop_on_failure: bool
+) -> list[ConsumeResult]:
+    out: list[ConsumeResult] = []
     for m in msgs:
         try:
-            ok = ack_of(listener(m))
+            got = consume_result_of(listener(m))
         except Exception:
             log.exception("listener raised on %s (reconsume later)", m.msg_id)
-            ok = False
-        out.append(ok)
-        if not ok and stop_on_failure:
+            got = ConsumeResult.RECONSUME_LATER
+        out.append(got)
+        if got is not ConsumeResult.SUCCESS and stop_on_failure:
             break
     return out
 
@@ -56,9 +72,11 @@ class RunnerBase:
         client: ClientSettings | None = None,
     ) -> None:
         self.listener = listener
+        self.dlq_count = 0  # messages this runner sent to the group's %DLQ%
         self.settings = settings or ConsumerSettings()
         if group:
             self.settings.group = group
+        check_group(type(self).__name__, self.settings.group)
         self.client_settings = client or ClientSettings()
         if namesrv_addr:
             self.client_settings.namesrv_addr = namesrv_addr
@@ -102,9 +120,11 @@ class RunnerBase:
     async def service_shutdown(self) -> None:
         raise NotImplementedError
 
-    async def call_listener(self, msgs: list[Message], stop_on_failure: bool) -> list[bool]:
+    async def call_listener(
+        self, msgs: list[Message], stop_on_failure: bool
+    ) -> list[ConsumeResult]:
         """One result per message tried; with ``stop_on_failure`` the list ends at the
-        first failure (the rest were not given to the listener)."""
+        first one not acked (the rest were not given to the listener)."""
         if not self.is_async:
             assert self.executor is not None
             loop = asyncio.get_running_loop()
@@ -112,19 +132,19 @@ class RunnerBase:
                 self.executor, _call_sync, self.listener, msgs, stop_on_failure
             )
         assert self._async_slots is not None
-        out: list[bool] = []
+        out: list[ConsumeResult] = []
         async with self._async_slots:
             for m in msgs:
                 try:
                     result = self.listener(m)
                     if inspect.isawaitable(result):
                         result = await result
-                    ok = ack_of(result)
+                    got = consume_result_of(result)
                 except Exception:
                     log.exception("listener raised on %s (reconsume later)", m.msg_id)
-                    ok = False
-                out.append(ok)
-                if not ok and stop_on_failure:
+                    got = ConsumeResult.RECONSUME_LATER
+                out.append(got)
+                if got is not ConsumeResult.SUCCESS and stop_on_failure:
                     break
         return out
 

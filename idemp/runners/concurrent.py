@@ -17,6 +17,7 @@ from typing import Any
 from idemp.client.consumer import to_message
 from idemp.client.processqueue import ProcessQueue
 from idemp.client.route import MessageQueue
+from idemp.message import ConsumeResult
 from idemp.remoting import MessageExt
 
 from .base import RunnerBase, wait_tasks
@@ -63,15 +64,22 @@ class ConcurrentRunner(RunnerBase):
         pq.last_consume_time = asyncio.get_running_loop().time()
         if pq.dropped:
             return  # the queue moved on: its next owner consumes from the stored offset
-        failed = [e for e, ok in zip(exts, results) if not ok]
+        failed = [(e, r) for e, r in zip(exts, results) if r is not ConsumeResult.SUCCESS]
         retry_here: list[MessageExt] = []
         if failed and self.consumer.clustering:
-            for e in failed:
-                if not await self.consumer.send_back(e, mq):
+            for e, r in failed:
+                # DEAD_LETTER: delay level -1, the broker puts it in %DLQ%group at once.
+                dead = r is ConsumeResult.DEAD_LETTER
+                if await self.consumer.send_back(e, mq, delay_level=-1 if dead else 0):
+                    if dead:
+                        self.dlq_count += 1
+                        log.warning("%s: %s went to the DLQ (listener)", mq, e.msg_id)
+                else:
                     retry_here.append(e)
         elif failed:
             log.warning("broadcasting: %d failed messages are dropped", len(failed))
         done = [e for e in exts if e not in retry_here] if retry_here else exts
+        # (broadcasting has no DLQ: RocketMQ drops failed messages there too, and says so)
         offset = pq.remove(done)
         if not pq.dropped:
             self.consumer.commit_offset(mq, offset)

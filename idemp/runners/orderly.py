@@ -28,6 +28,7 @@ from typing import Any
 from idemp.client.consumer import to_message
 from idemp.client.processqueue import ProcessQueue
 from idemp.client.route import MessageQueue
+from idemp.message import ConsumeResult
 from idemp.remoting import MessageExt
 
 from .base import RunnerBase
@@ -52,7 +53,6 @@ class OrderlyRunner(RunnerBase):
         super().__init__(*args, **kwargs)
         self._mq_locks: dict[MessageQueue, asyncio.Lock] = {}
         self._tasks: set[asyncio.Future[Any]] = set()
-        self.dlq_count = 0
 
     # --- ConsumeService ------------------------------------------------------------
     def dispatch(self, mq: MessageQueue, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
@@ -122,12 +122,14 @@ class OrderlyRunner(RunnerBase):
         group = self.settings.group
         results = await self.call_listener([to_message(e, mq, group) for e in exts], True)
         pq.last_consume_time = time.monotonic()
-        n_ok = len(results) if all(results) else results.index(False)
+        acked = [r is ConsumeResult.SUCCESS for r in results]
+        n_ok = len(acked) if all(acked) else acked.index(False)
         ok, rest = exts[:n_ok], exts[n_ok:]
         suspend = False
         if rest:
             failed = rest[0]
-            if failed.reconsume_times >= self.settings.effective_max_reconsume():
+            given_up = n_ok < len(results) and results[n_ok] is ConsumeResult.DEAD_LETTER
+            if given_up or failed.reconsume_times >= self.settings.effective_max_reconsume():
                 if await self.consumer.send_back(failed, mq, delay_level=-1):
                     self.dlq_count += 1
                     log.warning(

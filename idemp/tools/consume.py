@@ -105,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
         MessageModel,
         RemotingError,
     )
-    from idemp.message import ConsumeResult, Message, ack_of
+    from idemp.message import ConsumeResult, Message
     from idemp.runners import ConcurrentRunner, OrderlyRunner
 
     if args.from_ == "first":
@@ -175,7 +175,7 @@ def run(args: argparse.Namespace) -> int:
         extra: dict[str, Any] = {}
         if dedup is not None:
             outcome = dedup(msg)
-            result = ConsumeResult.SUCCESS if ack_of(outcome) else ConsumeResult.RECONSUME_LATER
+            result = outcome.consume_result
             extra["outcome"] = outcome.outcome.value
             if outcome.key is not None:
                 extra["key"] = outcome.key

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from idemp import Context, Message, Outcome, ack_of, guarded, stats
+from idemp import ConsumeResult, Context, Message, Outcome, ack_of, guarded, stats
 from idemp.guards import (
     RIDE_HAILING_ORDER,
     CallableStateStore,
@@ -174,6 +174,8 @@ def test_shuffled_stream_of_1000_orders(
 
 
 def test_held_past_max_holds_then_policy(tmp_path: Path) -> None:
+    """After ``max_holds`` holds the default keeps the message (to the group's DLQ);
+    dropping it is an explicit choice."""
     states: dict[str, str] = {}
 
     def save(entity: str, source: str | None, target: str) -> bool:
@@ -183,7 +185,15 @@ def test_held_past_max_holds_then_policy(tmp_path: Path) -> None:
         return True
 
     store = CallableStateStore(load=states.get, save=save)
-    for policy, last in (("drop", Outcome.DROPPED), ("reconsume", Outcome.HELD)):
+    retry, dlq = ConsumeResult.RECONSUME_LATER, ConsumeResult.DEAD_LETTER
+    policies: list[tuple[dict[str, str], Outcome, ConsumeResult]] = [
+        ({}, Outcome.DEAD_LETTERED, dlq),  # the default
+        ({"after_holds": "dead_letter"}, Outcome.DEAD_LETTERED, dlq),
+        ({"after_holds": "drop"}, Outcome.DROPPED, ConsumeResult.SUCCESS),
+        ({"after_holds": "reconsume"}, Outcome.HELD, retry),
+    ]
+    for n, (option, last, last_result) in enumerate(policies):
+        name = f"holds-{n}-{uuid.uuid4().hex[:6]}"
 
         @guarded(
             RIDE_HAILING_ORDER,
@@ -191,15 +201,38 @@ def test_held_past_max_holds_then_policy(tmp_path: Path) -> None:
             target="json:state",
             store=store,
             max_holds=2,
-            after_holds=policy,
+            name=name,
+            **option,
         )
         def handle(message: Message) -> None:
             return None
 
-        ahead = order_msg(f"x-{policy}", "driver_assigned")
-        got = [handle(dataclasses.replace(ahead, reconsume_times=n)).outcome for n in range(3)]
-        assert got == [Outcome.HELD, Outcome.HELD, last]
+        ahead = order_msg(f"x-{n}", "driver_assigned")
+        got = [handle(dataclasses.replace(ahead, reconsume_times=k)) for k in range(3)]
+        assert [r.outcome for r in got] == [Outcome.HELD, Outcome.HELD, last]
+        assert [r.consume_result for r in got] == [retry, retry, last_result]
+        assert ack_of(got[2]) is (last_result is ConsumeResult.SUCCESS)
+        counted = stats(name)
+        assert counted["held"] == 2 + (last is Outcome.HELD)
+        assert counted["dead_lettered"] == (last is Outcome.DEAD_LETTERED)
+        assert counted["guard_drops"] == (last is Outcome.DROPPED)
     assert states == {}
+
+
+def test_after_holds_checked_when_declared() -> None:
+    store = CallableStateStore(load=lambda e: None, save=lambda e, s, t: True)
+    with pytest.raises(ValueError, match="after_holds='forget': expected one of dead_letter"):
+        guarded(
+            RIDE_HAILING_ORDER,
+            entity="json:order",
+            target="json:state",
+            store=store,
+            after_holds="forget",
+        )
+    with pytest.raises(ValueError, match="max_holds=-1: expected 0 or more"):
+        guarded(
+            RIDE_HAILING_ORDER, entity="json:order", target="json:state", store=store, max_holds=-1
+        )
 
 
 STRATEGIES = ["none", "unique_key", "unique_key_tx", "redis_flag", "optimistic", "pessimistic"]

@@ -127,3 +127,29 @@ def test_mask_url() -> None:
     assert mask_url("redis://:pw@h:6379/0") == "redis://:***@h:6379/0"
     assert mask_url("redis://h:6379/0?password=pw") == "redis://h:6379/0?password=***"
     assert mask_url("sqlite:///tmp/a.db") == "sqlite:///tmp/a.db"
+
+
+@pytest.mark.parametrize("group", [None, "", "DEFAULT_CONSUMER"])
+def test_a_host_without_a_consumer_group_fails_when_built(
+    group: str | None, tmp_path: Path
+) -> None:
+    """The group is the default dedup namespace: a runner or adapter without one fails
+    when it is built, naming the option, not on every message (issue 12 §6)."""
+    from idemp.adapters.official import callback
+    from idemp.client import ConsumerSettings
+    from idemp.runners import ConcurrentRunner, OrderlyRunner
+
+    @idempotent(key="keys", strategy=f"sqlite:///{tmp_path / 'dedup.db'}")
+    def handle(message: Message) -> None:
+        return None
+
+    for runner in (ConcurrentRunner, OrderlyRunner):
+        with pytest.raises(
+            ValueError, match=rf"^{runner.__name__}: no consumer group: pass group="
+        ):
+            runner(handle, group=group, namesrv_addr="127.0.0.1:9876")
+        with pytest.raises(ValueError, match="pass group="):
+            runner(handle, settings=ConsumerSettings(group=group or ""))
+    if group != "DEFAULT_CONSUMER":
+        with pytest.raises(ValueError, match="pass the PushConsumer's consumer group"):
+            callback(handle, group=group)  # type: ignore[arg-type]
