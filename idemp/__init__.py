@@ -13,13 +13,14 @@ import importlib
 from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
 
-from idemp.message import ConsumeResult, Message, ack_of
+from idemp.message import ConsumeResult, Message, ack_of, consume_result_of
 
 # Eager on purpose: the submodule idemp.stats shares the function's name, and a lazy
 # import would leave the package attribute bound to the module.
 from idemp.stats import stats
 
 if TYPE_CHECKING:
+    from idemp.app import App
     from idemp.config import IdempSettings, ListenerSettings, strategy_from_url
     from idemp.guards import StateMachine, Transition
     from idemp.keys import Callback, JsonPath, MessageKeys, Missing, ModelField, Property
@@ -39,6 +40,7 @@ try:  # one source: pyproject's version, as installed (the wheel, `idemp --versi
 except PackageNotFoundError:  # imported from a source tree that was never installed
     __version__ = "0+unknown"
 _LAZY = {
+    "App": "idemp.app",
     "BatchResult": "idemp.outcome",
     "Outcome": "idemp.outcome",
     "Result": "idemp.outcome",
@@ -65,9 +67,11 @@ _LAZY = {
     "strategy_from_url": "idemp.config",
 }
 __all__ = [  # the order of the API page
+    "App",
     "ConsumeResult",
     "Message",
     "ack_of",
+    "consume_result_of",
     "stats",
     "BatchResult",
     "Outcome",

@@ -64,6 +64,11 @@ def build_parser() -> argparse.ArgumentParser:
     history_tool.add_arguments(
         history_sub.add_parser("pull", help="pull topics (and retry/DLQ) into Parquet")
     )
+    from idemp import worker
+
+    worker.add_arguments(
+        sub.add_parser("worker", help="run an App's listeners until SIGTERM (MODULE:APP)")
+    )
     from idemp.demo.run import add_arguments as demo_arguments
 
     demo_arguments(sub.add_parser("demo", help="run the demo on embedded defaults"))
@@ -96,6 +101,10 @@ def main(argv: list[str] | None = None) -> int:
         from idemp.tools.history import run as run_history
 
         return run_history(args)
+    if args.command == "worker":
+        from idemp.worker import run as run_worker
+
+        return run_worker(args)
     if args.command == "demo":
         from idemp.demo import run_demo
 

@@ -2,13 +2,16 @@
 
 From code (``IdempSettings(backend="redis://…")``), the environment (``IDEMP_BACKEND``,
 ``IDEMP_DEADLINE_S``, ``IDEMP_LISTENERS__orders__BACKEND`` …) or a TOML file
-(``IdempSettings.from_toml("idemp.toml")``; the environment still wins). Changing the
-backend is configuration only: ``settings.strategy("orders")`` builds whatever the URL
-names. URLs carry passwords: ``repr()`` and every log line show them masked.
+(``IdempSettings.from_toml("idemp.toml")``, or the file named by ``IDEMP_CONFIG``; the
+environment still wins). Changing the backend is configuration only:
+``settings.strategy_for("orders")`` (and ``@idempotent(strategy="orders")``) builds
+whatever the URL names. URLs carry passwords: ``repr()`` and every log line show them
+masked.
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
@@ -78,6 +81,7 @@ class IdempSettings(BaseSettings):
     key_prefix: str = "idemp"
     lock_timeout_s: float = Field(default=5.0, gt=0)
     listeners: dict[str, ListenerSettings] = Field(default_factory=dict)
+    namesrv: str | None = None  # the nameserver an App's listeners consume from
 
     toml_path: ClassVar[Path | None] = None  # set by from_toml on a throw-away subclass
 
@@ -115,7 +119,28 @@ class IdempSettings(BaseSettings):
         subclass = type(cls.__name__, (cls,), {"toml_path": path})
         return subclass(**overrides)
 
+    @classmethod
+    def load(cls, **overrides: Any) -> IdempSettings:
+        """The settings of this process: the TOML file named by ``IDEMP_CONFIG`` (if
+        set), then the environment, then ``overrides``."""
+        path = os.environ.get("IDEMP_CONFIG")
+        return cls.from_toml(path, **overrides) if path else cls(**overrides)
+
     # -- building strategies ----------------------------------------------------------
+    def strategy_named(self, name: str) -> Strategy:
+        """``@idempotent(strategy="orders")``: the strategy configured under that name
+        (``[listeners.orders]`` in TOML, ``IDEMP_LISTENERS__orders__…``); ``"default"``
+        is the global one. An unknown name is an error, not a silent default."""
+        if name == "default":
+            return self.strategy_for(None)
+        if name not in self.listeners:
+            known = ", ".join(sorted(["default", *self.listeners]))
+            raise ValueError(
+                f"strategy {name!r} is not configured: set IDEMP_LISTENERS__{name}__BACKEND "
+                f"(or [listeners.{name}] in the IDEMP_CONFIG file); configured: {known}"
+            )
+        return self.strategy_for(name)
+
     def for_listener(self, name: str | None) -> dict[str, Any]:
         """The effective settings of one listener (globals + its overrides)."""
         merged: dict[str, Any] = {
@@ -194,5 +219,8 @@ def build_strategy(
 
 
 def strategy_from_url(url: str, **options: Any) -> Strategy:
-    """``@idempotent(strategy="redis://…")``: defaults for everything but the URL."""
+    """``@idempotent(strategy="redis://…")``: defaults for everything but the URL; a
+    string without ``://`` is a name configured in the settings (``strategy_named``)."""
+    if "://" not in url and not options:
+        return IdempSettings.load().strategy_named(url)
     return build_strategy(url, **options)

@@ -230,11 +230,13 @@ class PushConsumer:
         inst.consumers.pop(self.group, None)
         if self._lock_task is not None:
             self._lock_task.cancel()
+        for task in self.pull_tasks.values():
+            task.cancel()  # no more pulls; a pull in flight is dropped with its messages
+        # The runner starts nothing new and waits for the handlers in hand; their results
+        # are committed (as RocketMQ's shutdown does) before the queues are dropped.
+        await self.service.service_shutdown()
         for pq in self.process_queues.values():
             pq.dropped = True
-        await self.service.service_shutdown()
-        for task in self.pull_tasks.values():
-            task.cancel()
         await asyncio.gather(*self.pull_tasks.values(), return_exceptions=True)
         await self.offsets.persist_all(list(self.process_queues), sync=True)
         if self.orderly and self.clustering:
@@ -486,7 +488,7 @@ class PushConsumer:
             return
         size_limit = s.pull_threshold_size_for_queue_mb * 1024 * 1024
         next_offset = offset
-        while not pq.dropped:
+        while not pq.dropped and not self.stopping:
             if (
                 pq.msg_count > s.pull_threshold_for_queue
                 or pq.msg_size > size_limit
@@ -535,6 +537,8 @@ class PushConsumer:
             if pq.dropped:
                 return
             f = resp.ext_fields
+            if "maxOffset" in f:
+                pq.broker_max_offset = int(f["maxOffset"])
             if resp.code == ResponseCode.SUCCESS:
                 next_offset = int(f.get("nextBeginOffset", next_offset))
                 try:

@@ -24,6 +24,7 @@ class ProcessQueue:
         self.consuming: dict[int, MessageExt] = {}
         self.msg_size = 0
         self.max_offset = -1  # highest offset ever put
+        self.broker_max_offset = -1  # the queue's max offset in the broker, at the last pull
         self.dropped = False
         self.locked = False
         self.last_lock_time = 0.0

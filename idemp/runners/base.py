@@ -42,10 +42,12 @@ def is_async_listener(listener: Listener) -> bool:
 
 
 def _call_sync(
-    listener: Listener, msgs: list[Message], stop_on_failure: bool
+    listener: Listener, msgs: list[Message], stop_on_failure: bool, runner: RunnerBase
 ) -> list[ConsumeResult]:
     out: list[ConsumeResult] = []
     for m in msgs:
+        if runner.stopping:  # shutting down: start nothing new; the rest come back
+            break
         try:
             got = consume_result_of(listener(m))
         except Exception:
@@ -124,17 +126,22 @@ class RunnerBase:
         self, msgs: list[Message], stop_on_failure: bool
     ) -> list[ConsumeResult]:
         """One result per message tried; with ``stop_on_failure`` the list ends at the
-        first one not acked (the rest were not given to the listener)."""
+        first one not acked (the rest were not given to the listener). Once the runner
+        is stopping no further message is started: the list is then shorter, and the
+        messages not tried are neither acked nor sent back (they are redelivered from
+        the committed offset)."""
         if not self.is_async:
             assert self.executor is not None
             loop = asyncio.get_running_loop()
             return await loop.run_in_executor(
-                self.executor, _call_sync, self.listener, msgs, stop_on_failure
+                self.executor, _call_sync, self.listener, msgs, stop_on_failure, self
             )
         assert self._async_slots is not None
         out: list[ConsumeResult] = []
         async with self._async_slots:
             for m in msgs:
+                if self.stopping:
+                    break
                 try:
                     result = self.listener(m)
                     if inspect.isawaitable(result):

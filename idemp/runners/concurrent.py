@@ -62,8 +62,10 @@ class ConcurrentRunner(RunnerBase):
         group = self.settings.group
         results = await self.call_listener([to_message(e, mq, group) for e in exts], False)
         pq.last_consume_time = asyncio.get_running_loop().time()
-        if pq.dropped:
-            return  # the queue moved on: its next owner consumes from the stored offset
+        if pq.dropped or len(results) < len(exts):
+            # the queue moved on, or the runner stopped mid-batch: its next owner consumes
+            # from the committed offset (what ran here is then absorbed as a duplicate)
+            return
         failed = [(e, r) for e, r in zip(exts, results) if r is not ConsumeResult.SUCCESS]
         retry_here: list[MessageExt] = []
         if failed and self.consumer.clustering:

@@ -126,7 +126,9 @@ class OrderlyRunner(RunnerBase):
         n_ok = len(acked) if all(acked) else acked.index(False)
         ok, rest = exts[:n_ok], exts[n_ok:]
         suspend = False
-        if rest:
+        if rest and n_ok == len(results):  # stopping: the rest were not tried
+            suspend = True
+        elif rest:
             failed = rest[0]
             given_up = n_ok < len(results) and results[n_ok] is ConsumeResult.DEAD_LETTER
             if given_up or failed.reconsume_times >= self.settings.effective_max_reconsume():

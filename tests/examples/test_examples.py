@@ -32,6 +32,7 @@ EXPECTED = {
     "duplicates absorbed 8",
     # 4 producer retries, plus whatever the wheel redelivers (it sends back a whole pull
     # batch on one RECONSUME_LATER): every one absorbed, the count is not fixed.
+    "service": "orders 30, each once: True; ride steps 20, each ride in order: True",
     "official_push_consumer": "effects 10 for 10 orders; every producer retry absorbed: True",
 }
 NEEDS = {"redis_flag_72h": "redis", "redisson_lock": "redis", "pessimistic_row_lock": "pg"}

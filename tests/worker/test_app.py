@@ -1,0 +1,101 @@
+"""The App in-process: a listener's backend chosen by the environment alone (real
+SQLite, PostgreSQL and Redis), and the app inside an asyncio program, cancellable."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from idemp import App, Message, Outcome
+from idemp.broker.process import BrokerProcess
+from idemp.client import ConsumeFrom, OutMessage, Producer
+from idemp.strategies import RedisFlag, UniqueKeyTable
+from tests.client.conftest import wait_for
+
+
+def _msg(key: str) -> Message:
+    return Message("Orders", b"{}", keys=(key,), msg_id=uuid.uuid4().hex, consumer_group="g")
+
+
+@pytest.mark.parametrize("backend", ["sqlite", "postgres", "redis"])
+def test_a_listeners_backend_is_switched_by_the_environment_alone(
+    backend: str, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, tmp_path: Any
+) -> None:
+    url, expected = {
+        "sqlite": (lambda: f"sqlite:///{tmp_path / 'dedup.db'}", UniqueKeyTable),
+        "postgres": (lambda: request.getfixturevalue("postgres_server").url, UniqueKeyTable),
+        "redis": (lambda: request.getfixturevalue("redis_server").url, RedisFlag),
+    }[backend]
+    # The code below is the same for every backend: only the environment differs.
+    monkeypatch.setenv("IDEMP_LISTENERS__on_order__BACKEND", url())
+    monkeypatch.setenv("IDEMP_TABLE", f"t_{uuid.uuid4().hex[:10]}")
+    monkeypatch.setenv("IDEMP_KEY_PREFIX", f"p{uuid.uuid4().hex[:10]}")
+    monkeypatch.setenv("IDEMP_BACKEND", "sqlite:///nowhere/never-used.db")  # the others'
+    app = App("svc", namesrv_addr="127.0.0.1:1")
+    applied: list[str] = []
+
+    @app.listener("Orders", group="g")
+    def on_order(message: Message) -> None:
+        applied.append(message.keys[0])
+
+    app.build()
+    spec = app.listeners[0]
+    try:
+        assert type(spec.strategies[0]) is expected
+        first, again = spec.listener(_msg("o-1")), spec.listener(_msg("o-1"))
+        assert (first.outcome, again.outcome) == (Outcome.PROCESSED, Outcome.DUPLICATE)
+        assert applied == ["o-1"]
+        record = spec.strategies[0].get("g/Orders", "o-1")  # type: ignore[attr-defined]
+        assert record is not None and record.status == "CONSUMED"
+    finally:
+        for s in spec.strategies:
+            s.close()
+
+
+def test_serve_inside_asyncio_with_sync_and_async_listeners(
+    make_broker: Callable[..., BrokerProcess], tmp_path: Any
+) -> None:
+    broker = make_broker()
+    seen: dict[str, list[str]] = {"sync": [], "async": []}
+    lock = threading.Lock()
+    app = App("svc", namesrv_addr=broker.namesrv_addr)
+    backend = f"sqlite:///{tmp_path / 'dedup.db'}"
+
+    @app.listener("A", group="ga", strategy=backend, consume_from=ConsumeFrom.FIRST_OFFSET)
+    def sync_listener(message: Message) -> None:
+        with lock:
+            seen["sync"].append(json.loads(message.body)["id"])
+
+    @app.listener("B", group="gb", strategy=backend, consume_from=ConsumeFrom.FIRST_OFFSET)
+    async def async_listener(message: Message) -> None:
+        await asyncio.sleep(0)
+        with lock:
+            seen["async"].append(json.loads(message.body)["id"])
+
+    producer = Producer(broker.namesrv_addr, "p").start()
+    for i in range(10):
+        for topic in ("A", "B"):
+            body = json.dumps({"id": f"{topic}{i}"}).encode()
+            producer.send(OutMessage(topic, body, keys=[f"{topic}{i}"]))
+    producer.shutdown()
+
+    async def main() -> None:
+        task = asyncio.create_task(app.serve())
+        loop = asyncio.get_running_loop()
+        done = lambda: len(seen["sync"]) == 10 and len(seen["async"]) == 10  # noqa: E731
+        await loop.run_in_executor(None, wait_for, done, 60, "both listeners")
+        assert app.running and all(app.ready().values())
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(main())
+    assert not app.running
+    assert sorted(seen["sync"]) == sorted(f"A{i}" for i in range(10))
+    assert sorted(seen["async"]) == sorted(f"B{i}" for i in range(10))
