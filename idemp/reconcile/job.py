@@ -92,11 +92,18 @@ def key_expr(key_from: str) -> Column:
         raw = F.get_json_object(F.unbase64("body").cast("string"), path)
     else:
         raise ValueError(f"key source {key_from!r}: use keys, property:NAME or json:$.path")
-    # as idemp.strategies.unique_key.stored_key: long keys are stored as their hash
-    stored = F.when(
-        F.length(raw) > LONG_KEY, F.concat(F.lit("sha256:"), F.sha2(raw, 256))
-    ).otherwise(raw)
-    return F.when(F.length(raw) > 0, stored)
+    return F.when(F.length(raw) > 0, normal_key(raw))
+
+
+def normal_key(raw: Column) -> Column:
+    """Every side's keys compared in one form: as idemp.strategies.unique_key.stored_key,
+    a key over 200 characters becomes ``sha256:<hex>`` (the SQL table stores it so, Redis
+    and effect tables keep it as written). A stored hash is short, so it stays as is."""
+    from pyspark.sql import functions as F
+
+    return F.when(F.length(raw) > LONG_KEY, F.concat(F.lit("sha256:"), F.sha2(raw, 256))).otherwise(
+        raw
+    )
 
 
 def subscriptions_df(spark: SparkSession, cfg: JobConfig) -> DataFrame:
@@ -266,7 +273,7 @@ def record_events(records: DataFrame) -> DataFrame:
     status = F.col("status")
     return records.where(F.col("key").isNotNull()).select(
         "namespace",
-        "key",
+        normal_key(F.col("key")).alias("key"),
         *_events(
             {
                 "r_rows": F.lit(1),
@@ -284,7 +291,7 @@ def effect_events(effects: DataFrame) -> DataFrame:
     from pyspark.sql import functions as F
 
     return effects.where(F.col("key").isNotNull()).select(
-        "namespace", "key", *_events({"e_rows": F.lit(1)})
+        "namespace", normal_key(F.col("key")).alias("key"), *_events({"e_rows": F.lit(1)})
     )
 
 
@@ -292,8 +299,7 @@ def per_key(att: DataFrame, records: DataFrame, effects: DataFrame | None) -> Da
     """Counts per (namespace, key) from all three sources in one aggregation.
 
     Only fixed-width aggregates (sums, min/max of longs), so Spark uses a hash
-    aggregate, not a sort. A key known only from effect rows is dropped (effects are
-    counted for keys with copies or records, as a left join would).
+    aggregate, not a sort. A key known only from effect rows is kept: an orphan effect.
     """
     from pyspark.sql import functions as F
 
@@ -327,11 +333,7 @@ def per_key(att: DataFrame, records: DataFrame, effects: DataFrame | None) -> Da
     status = (
         F.when(r == 2, F.lit(CONSUMED)).when(r == 1, F.lit(CONSUMING)).when(r == 0, F.lit("OTHER"))
     )
-    return (
-        agg.where(c("h_rows").isNotNull() | c("n_records").isNotNull())
-        .withColumn("status", status)
-        .drop("status_rank", "h_rows")
-    )
+    return agg.withColumn("status", status).drop("status_rank", "h_rows")
 
 
 def classify(
@@ -448,6 +450,7 @@ def _flags(cfg: JobConfig) -> list[Column]:
         "dead_lettered": keyed & dead,
         "record_missing": keyed & has_copies & measured & (effects > 0) & (c("n_records") == 0),
         "orphan": keyed & ~has_copies & (c("n_records") > 0),
+        "orphan_effect": keyed & ~has_copies & (c("n_records") == 0) & measured & (effects > 0),
         "pending": keyed & outstanding & ~consumed & ~(measured & (effects > 0)),
         "duplicate_absorbed": keyed & (c("n_deliveries") > 1) & effect_once,
         "ok": keyed & (c("n_deliveries") == 1) & effect_once,

@@ -396,6 +396,7 @@ DESCRIPTIONS = {
     "dead_lettered": "a copy is in %DLQ%",
     "record_missing": "effect present, no dedup record",
     "orphan": "dedup record with no message in the history window",
+    "orphan_effect": "effect rows with no message and no dedup record",
     "pending": "not yet acknowledged (lag, not loss)",
 }
 

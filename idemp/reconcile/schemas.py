@@ -75,6 +75,7 @@ DISCREPANCY_CLASSES = [
     "dead_lettered",
     "record_missing",
     "orphan",
+    "orphan_effect",
     "pending",
 ]
 BENIGN_CLASSES = ["duplicate_absorbed", "ok"]

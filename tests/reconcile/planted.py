@@ -191,6 +191,23 @@ def build() -> tuple[Builder, dict[tuple[str, str], set[str]]]:
     b.msg(T, "inprog-1", next(o))
     b.record(NS1, "inprog-1", "CONSUMING", deadline=FAR)
     exp[(NS1, "inprog-1")] = set()
+    # long keys (255 characters): the SQL table stores their hash, Redis and the effect
+    # table keep them as written; every side must meet as one key (ok)
+    for letter, stored in (("L", "hash"), ("M", "raw")):
+        long_key = letter * 255
+        b.msg(T, long_key, next(o))
+        b.record(NS1, "sha256:" + sha(long_key) if stored == "hash" else long_key, "CONSUMED")
+        b.effect(long_key)
+        exp[(NS1, "sha256:" + sha(long_key))] = {"ok"}
+    # an effect row with no message and no record
+    b.effect("ghost-1")
+    exp[(NS1, "ghost-1")] = {"orphan_effect"}
+    # stuck, acknowledged, but its copy went to the DLQ (a guard gave up on it): not lost,
+    # an operator sees it there and can replay it
+    b.msg(T, "stuck-dlq", next(o))
+    b.msg(D, "stuck-dlq", 1, kind="dlq", retry_topic=T)
+    b.record(NS1, "stuck-dlq", "CONSUMING", deadline=PAST)
+    exp[(NS1, "stuck-dlq")] = {"stuck", "dead_lettered"}
     # unkeyed messages (2), counted, not classified
     b.msg(T, None, next(o))
     b.msg(T, None, next(o))
@@ -218,16 +235,17 @@ def build() -> tuple[Builder, dict[tuple[str, str], set[str]]]:
 
 
 CLASS_COUNTS = {
-    "ok": 6,
+    "ok": 8,
     "duplicate_absorbed": 4,
     "doubled": 1,
     "lost": 4,
     "effect_missing": 1,
-    "stuck": 2,
+    "stuck": 3,
     "conflict": 1,
-    "dead_lettered": 1,
+    "dead_lettered": 2,
     "record_missing": 1,
     "orphan": 2,
+    "orphan_effect": 1,
     "pending": 3,
 }
 

@@ -137,7 +137,14 @@ def test_broker_consumer_export_reconcile(spark: Any, tmp_path: Path) -> None:
     assert c["ok"] == ORDERS - DUPLICATED - len(FAIL_ONCE)
     assert c["duplicate_absorbed"] == DUPLICATED + len(FAIL_ONCE)
     assert {k: c[k] for k in clean["thresholds"]} == dict.fromkeys(clean["thresholds"], 0)
-    for name in ("conflict", "dead_lettered", "record_missing", "orphan", "pending"):
+    for name in (
+        "conflict",
+        "dead_lettered",
+        "record_missing",
+        "orphan",
+        "orphan_effect",
+        "pending",
+    ):
         assert c[name] == 0, name
 
     with engine.begin() as conn:

@@ -92,7 +92,7 @@ def assert_same_as_parquet(spark: Any, paths: dict[str, str], jdbc: str, tmp_pat
         assert by_jdbc["counts"][name] == n, name
     assert by_jdbc["counts"] == by_file["counts"]
     assert by_jdbc["per_day"] == by_file["per_day"]
-    assert by_jdbc["failed"] == {"doubled": 1, "lost": 4, "stuck": 2, "effect_missing": 1}
+    assert by_jdbc["failed"] == {"doubled": 1, "lost": 4, "stuck": 3, "effect_missing": 1}
     keys = {  # every key's class, the unkeyed rows (null key) included
         name: {
             (r["namespace"], r["key"], r["class"])

@@ -57,7 +57,7 @@ def test_planted_counts_exact(spark: Any, tmp_path: Path, dataset: Any, fmt: str
     assert counts["out_of_scope_records"] == 1
     assert counts["other"] == 1  # inprog-1
     assert counts["keys"] == len(expected)
-    assert summary["failed"] == {"doubled": 1, "lost": 4, "stuck": 2, "effect_missing": 1}
+    assert summary["failed"] == {"doubled": 1, "lost": 4, "stuck": 3, "effect_missing": 1}
     # every key's flags, exactly
     keys = spark.read.parquet(str(out / "keys")).where("in_scope and key is not null")
     names = list(planted.CLASS_COUNTS)
@@ -81,7 +81,7 @@ def test_planted_counts_exact(spark: Any, tmp_path: Path, dataset: Any, fmt: str
     # histogram: deliveries per key
     # dup-1, dup-2, dbl-1, cfl-1, p-dup-1; dlq-1 and lost-2 (message + retry copy)
     assert summary["deliveries_histogram"]["2"] == 7
-    assert summary["deliveries_histogram"]["0"] == 2  # the orphans
+    assert summary["deliveries_histogram"]["0"] == 3  # the orphans and the orphan effect
     html = (out / "report.html").read_text()
     assert (
         "<svg" in html
@@ -109,7 +109,7 @@ def test_thresholds_and_clean_exit(spark: Any, tmp_path: Path, dataset: Any) -> 
         "--fail-on",
         "lost=4",
         "--fail-on",
-        "stuck=2",
+        "stuck=3",
         "--fail-on",
         "effect_missing=1",
     )
@@ -124,7 +124,7 @@ def test_thresholds_and_clean_exit(spark: Any, tmp_path: Path, dataset: Any) -> 
         "--fail-on",
         "lost=4",
         "--fail-on",
-        "stuck=2",
+        "stuck=3",
         "--fail-on",
         "effect_missing=1",
         "--no-html",
