@@ -12,7 +12,7 @@ from idemp.remoting.codes import DEFAULT_TOPIC, SYSTEM_TOPICS, Perm
 from .metadata import TopicConfig, group_from_json, topic_error
 
 if TYPE_CHECKING:
-    from .server import BrokerServer, Connection, Handler
+    from .context import Broker, Handler, Peer
 
 DEFAULT_QUERY_MAX_NUM = 32
 MAX_MSGS_NUM_BATCH = 64
@@ -36,7 +36,7 @@ def _queue(cmd: RemotingCommand) -> tuple[str, int]:
     return cmd.ext_fields["topic"], cmd.field_int("queueId")
 
 
-def max_offset(server: BrokerServer, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+def max_offset(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingCommand:
     assert server.store is not None
     topic, qid = _queue(cmd)
     return cmd.response(
@@ -44,7 +44,7 @@ def max_offset(server: BrokerServer, conn: Connection, cmd: RemotingCommand) -> 
     )
 
 
-def min_offset(server: BrokerServer, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+def min_offset(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingCommand:
     assert server.store is not None
     topic, qid = _queue(cmd)
     return cmd.response(
@@ -52,7 +52,7 @@ def min_offset(server: BrokerServer, conn: Connection, cmd: RemotingCommand) -> 
     )
 
 
-def search_offset(server: BrokerServer, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+def search_offset(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingCommand:
     assert server.store is not None
     topic, qid = _queue(cmd)
     ts = cmd.field_int("timestamp")
@@ -61,7 +61,7 @@ def search_offset(server: BrokerServer, conn: Connection, cmd: RemotingCommand) 
     return cmd.response(ResponseCode.SUCCESS, ext_fields={"offset": str(offset)})
 
 
-def earliest_time(server: BrokerServer, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+def earliest_time(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingCommand:
     assert server.store is not None
     topic, qid = _queue(cmd)
     cq = server.store.find_queue(topic, qid)
@@ -69,7 +69,7 @@ def earliest_time(server: BrokerServer, conn: Connection, cmd: RemotingCommand) 
     return cmd.response(ResponseCode.SUCCESS, ext_fields={"timestamp": str(ts)})
 
 
-def view_message(server: BrokerServer, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+def view_message(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingCommand:
     assert server.store is not None
     cmd.require("offset")
     offset = cmd.field_int("offset")
@@ -82,7 +82,7 @@ def view_message(server: BrokerServer, conn: Connection, cmd: RemotingCommand) -
     return cmd.response(ResponseCode.SUCCESS, body=record)
 
 
-def query_message(server: BrokerServer, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+def query_message(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingCommand:
     assert server.store is not None
     cmd.require("topic", "key", "maxNum", "beginTimestamp", "endTimestamp")
     max_num = min(cmd.field_int("maxNum"), MAX_MSGS_NUM_BATCH)
@@ -106,7 +106,7 @@ def query_message(server: BrokerServer, conn: Connection, cmd: RemotingCommand) 
     return cmd.response(ResponseCode.SUCCESS, ext_fields=ext, body=b"".join(records))
 
 
-def create_topic(server: BrokerServer, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+def create_topic(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingCommand:
     assert server.store is not None
     cmd.require("topic", "readQueueNums", "writeQueueNums", "perm")
     topic = cmd.ext_fields["topic"]
@@ -140,7 +140,7 @@ def create_topic(server: BrokerServer, conn: Connection, cmd: RemotingCommand) -
     return cmd.response(ResponseCode.SUCCESS)
 
 
-def all_topics(server: BrokerServer, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+def all_topics(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingCommand:
     assert server.store is not None
     topics = server.store.topics
     body = {
@@ -150,7 +150,7 @@ def all_topics(server: BrokerServer, conn: Connection, cmd: RemotingCommand) -> 
     return cmd.response(ResponseCode.SUCCESS, body=json.dumps(body).encode())
 
 
-def create_group(server: BrokerServer, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+def create_group(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingCommand:
     assert server.store is not None
     try:
         data = jsonlenient.loads(cmd.body)
@@ -161,7 +161,7 @@ def create_group(server: BrokerServer, conn: Connection, cmd: RemotingCommand) -
     return cmd.response(ResponseCode.SUCCESS)
 
 
-def all_groups(server: BrokerServer, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+def all_groups(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingCommand:
     assert server.store is not None
     body = {"subscriptionGroupTable": {k: asdict(v) for k, v in server.store.groups.groups.items()}}
     return cmd.response(ResponseCode.SUCCESS, body=json.dumps(body).encode())

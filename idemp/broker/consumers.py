@@ -13,7 +13,7 @@ from idemp.remoting.codes import Perm
 from .metadata import retry_topic
 
 if TYPE_CHECKING:
-    from .server import BrokerServer, Connection, Handler
+    from .context import Broker, Handler, Peer
 
 # RocketMQ treats message 0 as "in memory" (so a new group starts at 0 even with
 # CONSUME_FROM_LAST_OFFSET) while it is within 40% of physical memory of the log end.
@@ -40,7 +40,7 @@ def _json_body(cmd: RemotingCommand) -> dict[str, Any]:
     return data
 
 
-def heartbeat(server: BrokerServer, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+def heartbeat(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingCommand:
     store = server.store
     assert store is not None
     body = _json_body(cmd)
@@ -56,9 +56,7 @@ def heartbeat(server: BrokerServer, conn: Connection, cmd: RemotingCommand) -> R
     return cmd.response(ResponseCode.SUCCESS)
 
 
-def unregister_client(
-    server: BrokerServer, conn: Connection, cmd: RemotingCommand
-) -> RemotingCommand:
+def unregister_client(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingCommand:
     cmd.require("clientID")
     changed = server.clients.unregister(
         conn, cmd.ext_fields.get("consumerGroup"), cmd.ext_fields.get("producerGroup")
@@ -68,7 +66,7 @@ def unregister_client(
     return cmd.response(ResponseCode.SUCCESS)
 
 
-def consumer_list(server: BrokerServer, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+def consumer_list(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingCommand:
     cmd.require("consumerGroup")
     group = cmd.ext_fields["consumerGroup"]
     info = server.clients.consumers.get(group)
@@ -85,7 +83,7 @@ def _total_memory() -> int:
         return 8 << 30
 
 
-def query_offset(server: BrokerServer, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+def query_offset(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingCommand:
     cmd.require("consumerGroup", "topic", "queueId")
     store = server.store
     assert store is not None
@@ -110,7 +108,7 @@ def query_offset(server: BrokerServer, conn: Connection, cmd: RemotingCommand) -
     )
 
 
-def update_offset(server: BrokerServer, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+def update_offset(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingCommand:
     cmd.require("consumerGroup", "topic", "queueId", "commitOffset")
     store = server.store
     assert store is not None
@@ -138,7 +136,7 @@ def _lock_body(cmd: RemotingCommand) -> tuple[str, str, list[tuple[str, str, int
     return group, client_id, mqs
 
 
-def lock_batch(server: BrokerServer, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+def lock_batch(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingCommand:
     group, client_id, mqs = _lock_body(cmd)
     won = server.locks.try_lock_batch(group, mqs, client_id)
     body = json.dumps(
@@ -148,7 +146,7 @@ def lock_batch(server: BrokerServer, conn: Connection, cmd: RemotingCommand) -> 
     return cmd.response(ResponseCode.SUCCESS, body=body.encode())
 
 
-def unlock_batch(server: BrokerServer, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+def unlock_batch(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingCommand:
     group, client_id, mqs = _lock_body(cmd)
     server.locks.unlock_batch(group, mqs, client_id)
     return cmd.response(ResponseCode.SUCCESS)

@@ -13,7 +13,7 @@ from idemp.remoting import RemotingCommand, RequestCode, ResponseCode
 from idemp.remoting.codes import DEFAULT_TOPIC
 
 if TYPE_CHECKING:
-    from .server import BrokerServer, Connection, Handler
+    from .context import Broker, Handler, Peer
 
 V4_9_4 = 401
 FAQ = "\nSee http://rocketmq.apache.org/docs/faq/ for further details."
@@ -33,7 +33,7 @@ def _dumps(obj: Any, standard: bool) -> bytes:
     return text.encode()
 
 
-def _broker_data(server: BrokerServer) -> dict[str, Any]:
+def _broker_data(server: Broker) -> dict[str, Any]:
     return {
         "brokerAddrs": {"0": server.broker_addr},
         "brokerName": server.config.brokerName,
@@ -41,7 +41,7 @@ def _broker_data(server: BrokerServer) -> dict[str, Any]:
     }
 
 
-def route_info(server: BrokerServer, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+def route_info(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingCommand:
     cmd.require("topic")
     assert server.store is not None
     topic = cmd.ext_fields["topic"]
@@ -70,7 +70,7 @@ def route_info(server: BrokerServer, conn: Connection, cmd: RemotingCommand) -> 
     return cmd.response(ResponseCode.SUCCESS, body=_dumps(body, standard))
 
 
-def cluster_info(server: BrokerServer, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+def cluster_info(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingCommand:
     body = {
         "brokerAddrTable": {server.config.brokerName: _broker_data(server)},
         "clusterAddrTable": {server.config.brokerClusterName: [server.config.brokerName]},
@@ -78,7 +78,7 @@ def cluster_info(server: BrokerServer, conn: Connection, cmd: RemotingCommand) -
     return cmd.response(ResponseCode.SUCCESS, body=_dumps(body, cmd.version >= V4_9_4))
 
 
-def topic_list(server: BrokerServer, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+def topic_list(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingCommand:
     assert server.store is not None
     body = {"topicList": sorted(server.store.topics.topics)}
     return cmd.response(ResponseCode.SUCCESS, body=json.dumps(body).encode())

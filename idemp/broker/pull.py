@@ -13,7 +13,7 @@ from .metadata import topic_error
 from .store import GetStatus
 
 if TYPE_CHECKING:
-    from .server import BrokerServer, Connection, Handler
+    from .context import Broker, Handler, Peer
 
 FAQ = "\nSee http://rocketmq.apache.org/docs/faq/ for further details."
 MAX_HOLD_MS = 25_000  # stay well under the clients' 30 s pull timeout
@@ -31,14 +31,12 @@ def register(handlers: dict[int, Handler]) -> None:
     handlers[RequestCode.PULL_MESSAGE] = pull_message
 
 
-def pull_message(
-    server: BrokerServer, conn: Connection, cmd: RemotingCommand
-) -> RemotingCommand | None:
+def pull_message(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingCommand | None:
     return _process(server, conn, cmd, allow_suspend=True)
 
 
 def _process(
-    server: BrokerServer, conn: Connection, cmd: RemotingCommand, allow_suspend: bool
+    server: Broker, conn: Peer, cmd: RemotingCommand, allow_suspend: bool
 ) -> RemotingCommand | None:
     cmd.require(
         "consumerGroup",

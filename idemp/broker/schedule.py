@@ -13,7 +13,7 @@ from idemp.remoting import MessageExt
 from idemp.remoting.codes import SCHEDULE_TOPIC, Prop
 
 if TYPE_CHECKING:
-    from .server import BrokerServer
+    from .context import Broker
 
 log = logging.getLogger("idemp.broker.schedule")
 STATE_FILE = "delayOffset.json"
@@ -21,7 +21,7 @@ MAX_IDLE_WAIT_S = 5.0
 
 
 class ScheduleService:
-    def __init__(self, server: BrokerServer) -> None:
+    def __init__(self, server: Broker) -> None:
         self.server = server
         store = server.store
         assert store is not None

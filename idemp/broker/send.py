@@ -21,7 +21,7 @@ from idemp.remoting.msgid import offset_msg_id
 from .metadata import dlq_topic, retry_topic, topic_error
 
 if TYPE_CHECKING:
-    from .server import BrokerServer, Connection, Handler, HandlerResult
+    from .context import Broker, Handler, HandlerResult, Peer
 
 FAQ = "\nSee http://rocketmq.apache.org/docs/faq/ for further details."
 V3_4_9 = 121
@@ -84,7 +84,7 @@ def _java_bool(value: str | None) -> bool:
     return value is not None and value.strip().lower() == "true"
 
 
-def send_message(server: BrokerServer, conn: Connection, request: RemotingCommand) -> HandlerResult:
+def send_message(server: Broker, conn: Peer, request: RemotingCommand) -> HandlerResult:
     cmd = _v1_header(request)
     cmd.require(*_REQUIRED)
     store = server.store
@@ -196,7 +196,7 @@ def send_message(server: BrokerServer, conn: Connection, request: RemotingComman
     return _after_flush(server, response, result.end)
 
 
-def _after_flush(server: BrokerServer, response: RemotingCommand, end: int) -> HandlerResult:
+def _after_flush(server: Broker, response: RemotingCommand, end: int) -> HandlerResult:
     store = server.store
     assert store is not None
     if not server.config.sync_flush:
@@ -211,7 +211,7 @@ def _after_flush(server: BrokerServer, response: RemotingCommand, end: int) -> H
 
 
 def _send_batch(
-    server: BrokerServer, request: RemotingCommand, base: MessageExt, outer: dict[str, str]
+    server: Broker, request: RemotingCommand, base: MessageExt, outer: dict[str, str]
 ) -> HandlerResult:
     store = server.store
     assert store is not None
@@ -266,7 +266,7 @@ def _send_batch(
     return _after_flush(server, response, end)
 
 
-def send_back(server: BrokerServer, conn: Connection, cmd: RemotingCommand) -> HandlerResult:
+def send_back(server: Broker, conn: Peer, cmd: RemotingCommand) -> HandlerResult:
     cmd.require("offset", "group", "delayLevel")
     store = server.store
     assert store is not None

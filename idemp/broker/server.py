@@ -13,8 +13,6 @@ import inspect
 import itertools
 import logging
 import time
-from collections.abc import Awaitable, Callable
-from typing import Union
 
 from idemp.remoting import (
     FrameDecoder,
@@ -30,6 +28,7 @@ from .acl import EXCEPTION_PREFIX as ACL_EXCEPTION_PREFIX
 from .acl import AclDenied, AclFileWatch, PlainAcl, default_acl_path, load_acl
 from .clients import ClientManager
 from .config import BrokerConfig
+from .context import Handler
 from .locks import LockManager
 from .longpoll import PullHoldService
 from .store import MessageStore
@@ -37,8 +36,6 @@ from .store import MessageStore
 log = logging.getLogger("idemp.broker")
 
 IDLE_CLOSE_S = 120.0
-HandlerResult = Union[RemotingCommand, None, Awaitable[Union[RemotingCommand, None]]]  # noqa: UP007
-Handler = Callable[["BrokerServer", "Connection", RemotingCommand], HandlerResult]
 
 
 class Connection(asyncio.Protocol):

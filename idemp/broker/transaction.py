@@ -24,7 +24,7 @@ from idemp.remoting.codes import (
 from idemp.remoting.msgid import offset_msg_id
 
 if TYPE_CHECKING:
-    from .server import BrokerServer, Connection, Handler
+    from .context import Broker, Handler, Peer
 
 log = logging.getLogger("idemp.broker.transaction")
 REMOVE_TAG = "d"
@@ -38,9 +38,7 @@ def register(handlers: dict[int, Handler]) -> None:
     handlers[RequestCode.END_TRANSACTION] = end_transaction
 
 
-def end_transaction(
-    server: BrokerServer, conn: Connection, cmd: RemotingCommand
-) -> RemotingCommand | None:
+def end_transaction(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingCommand | None:
     cmd.require("producerGroup", "tranStateTableOffset", "commitLogOffset", "commitOrRollback")
     kind = cmd.field_int("commitOrRollback")
     if kind not in (COMMIT, ROLLBACK):
@@ -58,7 +56,7 @@ def end_transaction(
 
 
 class TransactionCheckService:
-    def __init__(self, server: BrokerServer) -> None:
+    def __init__(self, server: Broker) -> None:
         self.server = server
         store = server.store
         assert store is not None

@@ -8,21 +8,6 @@ from __future__ import annotations
 
 import grimp
 
-# The broker server <-> request handlers cycle is being broken by another part of issue 13;
-# once that lands this set is emptied. Any cycle outside it fails the test.
-KNOWN: frozenset[str] = frozenset(
-    {
-        "idemp.broker.admin",
-        "idemp.broker.consumers",
-        "idemp.broker.namesrv",
-        "idemp.broker.pull",
-        "idemp.broker.schedule",
-        "idemp.broker.send",
-        "idemp.broker.server",
-        "idemp.broker.transaction",
-    }
-)
-
 
 def cycles(graph: grimp.ImportGraph) -> list[set[str]]:
     """Strongly connected components with more than one module (Tarjan, iterative)."""
@@ -79,10 +64,8 @@ def test_cycles_finder_sees_a_cycle() -> None:
     assert cycles(graph) == [{"a.x", "a.y"}]
 
 
-def test_idemp_has_no_import_cycle_beyond_the_known_one() -> None:
-    found = cycles(grimp.build_graph("idemp"))
-    new = [sorted(c) for c in found if not c <= KNOWN]
-    assert new == []
+def test_idemp_has_no_import_cycle() -> None:
+    assert [sorted(c) for c in cycles(grimp.build_graph("idemp"))] == []
 
 
 def test_config_and_strategies_do_not_import_each_other() -> None:

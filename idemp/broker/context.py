@@ -1,0 +1,53 @@
+"""What a request handler sees of the broker and of the connection a request came on.
+
+The handler modules (admin, consumers, namesrv, pull, schedule, send, transaction) are
+typed against these protocols, not against ``server``: the server imports and registers
+them, so the imports point one way (server → handlers → context).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol, Union
+
+from idemp.remoting import RemotingCommand
+
+from .clients import ClientManager
+from .config import BrokerConfig
+from .locks import LockManager
+from .longpoll import PullHoldService
+from .store import MessageStore
+
+
+class Peer(Protocol):
+    """The connection a request came on."""
+
+    peer: str  # "host:port", for messages
+    peer_host: tuple[str, int]
+    closed: bool
+
+    def reply(self, response: RemotingCommand, request: RemotingCommand | None = None) -> None: ...
+
+    def send_request_oneway(
+        self, code: int, ext_fields: dict[str, str], body: bytes = b""
+    ) -> None: ...
+
+    def _failed(self, cmd: RemotingCommand, exc: BaseException) -> None: ...
+
+
+class Broker(Protocol):
+    """The broker's state the handlers read and change."""
+
+    config: BrokerConfig
+    store: MessageStore | None
+    clients: ClientManager
+    locks: LockManager
+    holds: PullHoldService
+    broker_addr: str
+    transactions: Any  # transaction.TransactionCheckService, owned by that handler module
+
+    def notify_consumer_ids_changed(self, group: str) -> None: ...
+
+
+HandlerResult = Union[RemotingCommand, None, Awaitable[Union[RemotingCommand, None]]]  # noqa: UP007
+Handler = Callable[[Broker, Peer, RemotingCommand], HandlerResult]
