@@ -39,6 +39,10 @@ class Channel(Protocol):
         self, code: int, ext_fields: dict[str, str], body: bytes = b""
     ) -> None: ...
 
+    async def invoke(
+        self, code: int, ext_fields: dict[str, str], body: bytes = b"", timeout: float = 5.0
+    ) -> Any: ...
+
 
 def _enum(value: Any, table: dict[int, str]) -> str:
     if isinstance(value, int) and not isinstance(value, bool):
@@ -69,6 +73,11 @@ class ClientChannel:
     language: str
     version: int
     last_update: float = field(default_factory=time.monotonic)
+    last_update_ms: int = field(default_factory=lambda: int(time.time() * 1000))  # for admins
+
+    def touch(self) -> None:
+        self.last_update = time.monotonic()
+        self.last_update_ms = int(time.time() * 1000)
 
 
 @dataclass
@@ -112,7 +121,7 @@ class ClientManager:
                 info.channels[key] = ClientChannel(channel, client_id, language, version)
                 changed.append(group)
             else:
-                existing.last_update = time.monotonic()
+                existing.touch()
             subs: dict[str, SubscriptionData] = {}
             for sub in data.get("subscriptionDataSet") or []:
                 topic = str(sub.get("topic", ""))
@@ -136,7 +145,7 @@ class ClientManager:
             if existing is None or existing.client_id != client_id:
                 chans[key] = ClientChannel(channel, client_id, language, version)
             else:
-                existing.last_update = time.monotonic()
+                existing.touch()
         return changed
 
     def unregister(

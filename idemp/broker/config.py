@@ -79,7 +79,7 @@ class BrokerConfig:
     def with_overrides(self, values: dict[str, str]) -> BrokerConfig:
         cfg = dataclasses.replace(self, unknown=dict(self.unknown))
         for key, raw in values.items():
-            _apply(cfg, key, raw)
+            apply_setting(cfg, key, raw)
         return cfg
 
 
@@ -98,7 +98,7 @@ def parse_delay_levels(text: str) -> list[int]:
     return levels
 
 
-def _apply(cfg: BrokerConfig, key: str, raw: str) -> None:
+def apply_setting(cfg: BrokerConfig, key: str, raw: str) -> None:
     f = _FIELDS.get(key)
     if f is None:
         cfg.unknown[key] = raw

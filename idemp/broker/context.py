@@ -14,6 +14,7 @@ from idemp.remoting import RemotingCommand
 
 from .clients import ClientManager
 from .config import BrokerConfig
+from .kvconfig import NamesrvState
 from .locks import LockManager
 from .longpoll import PullHoldService
 from .store import MessageStore
@@ -34,6 +35,10 @@ class Peer(Protocol):
 
     def _failed(self, cmd: RemotingCommand, exc: BaseException) -> None: ...
 
+    async def invoke(
+        self, code: int, ext_fields: dict[str, str], body: bytes = b"", timeout: float = 5.0
+    ) -> RemotingCommand: ...
+
 
 class Broker(Protocol):
     """The broker's state the handlers read and change."""
@@ -44,7 +49,11 @@ class Broker(Protocol):
     locks: LockManager
     holds: PullHoldService
     broker_addr: str
+    namesrv_addr: str
+    namesrv: NamesrvState  # the embedded nameserver's KV config and write permissions
+    config_version: int  # bumped by UPDATE_BROKER_CONFIG (GET_BROKER_CONFIG's version)
     transactions: Any  # transaction.TransactionCheckService, owned by that handler module
+    scheduler: Any  # schedule.ScheduleService (its ``progress``: delay level → offset)
 
     def notify_consumer_ids_changed(self, group: str) -> None: ...
 

@@ -17,14 +17,13 @@ from idemp.remoting.codes import (
     DLQ_GROUP_TOPIC_PREFIX,
     RETRY_GROUP_TOPIC_PREFIX,
     SCHEDULE_TOPIC,
-    TRANS_CHECK_MAX_TIME_TOPIC,
     TRANS_HALF_TOPIC,
-    TRANS_OP_HALF_TOPIC,
     Perm,
 )
 
 from .jsonfile import read_json, write_json
 
+BENCHMARK_TOPIC = "BenchmarkTest"
 TOPIC_PATTERN = re.compile(r"^[%|a-zA-Z0-9_-]+$")
 TOPIC_MAX_LENGTH = 127
 
@@ -57,7 +56,16 @@ class TopicConfig:
 
 
 class TopicTable:
-    def __init__(self, path: Path, default_queue_nums: int, broker_perm: int) -> None:
+    def __init__(
+        self,
+        path: Path,
+        default_queue_nums: int,
+        broker_perm: int,
+        *,
+        cluster: str = "DefaultCluster",
+        broker_name: str = "broker-a",
+        auto_create: bool = True,
+    ) -> None:
         self.path = path
         self.topics: dict[str, TopicConfig] = {}
         self.version = 0
@@ -68,20 +76,24 @@ class TopicTable:
                 fields["topicName"] = name
                 self.topics[name] = TopicConfig(**fields)
             self.version = int((data.get("dataVersion") or {}).get("counter", 0))
+        # What RocketMQ 4.9.7's TopicConfigManager creates at start (a TopicConfig's
+        # default is 16 queues, perm RW); the transaction op and check-max topics are
+        # created when first written, as RocketMQ does.
+        rwx = Perm.INHERIT | Perm.READ | Perm.WRITE
         system = {
-            DEFAULT_TOPIC: TopicConfig(
-                DEFAULT_TOPIC,
-                default_queue_nums,
-                default_queue_nums,
-                Perm.INHERIT | Perm.READ | Perm.WRITE,
-            ),
-            SCHEDULE_TOPIC: TopicConfig(SCHEDULE_TOPIC, 18, 18),
-            TRANS_HALF_TOPIC: TopicConfig(TRANS_HALF_TOPIC, 1, 1),
-            TRANS_OP_HALF_TOPIC: TopicConfig(TRANS_OP_HALF_TOPIC, 1, 1),
-            TRANS_CHECK_MAX_TIME_TOPIC: TopicConfig(TRANS_CHECK_MAX_TIME_TOPIC, 1, 1),
             "SELF_TEST_TOPIC": TopicConfig("SELF_TEST_TOPIC", 1, 1),
+            BENCHMARK_TOPIC: TopicConfig(BENCHMARK_TOPIC, 1024, 1024),
+            cluster: TopicConfig(cluster, 16, 16, rwx),
+            broker_name: TopicConfig(broker_name, 1, 1, rwx),
             "OFFSET_MOVED_EVENT": TopicConfig("OFFSET_MOVED_EVENT", 1, 1),
+            SCHEDULE_TOPIC: TopicConfig(SCHEDULE_TOPIC, 18, 18),
+            f"{cluster}_REPLY_TOPIC": TopicConfig(f"{cluster}_REPLY_TOPIC", 1, 1),
+            TRANS_HALF_TOPIC: TopicConfig(TRANS_HALF_TOPIC, 1, 1),
         }
+        if auto_create:
+            system[DEFAULT_TOPIC] = TopicConfig(
+                DEFAULT_TOPIC, default_queue_nums, default_queue_nums, rwx
+            )
         for name, cfg in system.items():
             self.topics.setdefault(name, cfg)
         self.broker_perm = broker_perm
@@ -193,6 +205,23 @@ class OffsetTable:
 
     def query(self, group: str, topic: str, queue_id: int) -> int | None:
         return self.table.get(f"{topic}@{group}", {}).get(queue_id)
+
+    def topics_of(self, group: str) -> list[str]:
+        """ConsumerOffsetManager.whichTopicByConsumer."""
+        suffix = f"@{group}"
+        return [k[: -len(suffix)] for k in self.table if k.endswith(suffix)]
+
+    def remove_group(self, group: str) -> None:
+        for key in [k for k in self.table if k.endswith(f"@{group}")]:
+            del self.table[key]
+        self.dirty = True
+
+    def clone(self, src: str, dest: str, topic: str) -> None:
+        """ConsumerOffsetManager.cloneOffset: keyed by ``topic`` as given."""
+        offsets = self.table.get(f"{topic}@{src}")
+        if offsets is not None:
+            self.table[f"{topic}@{dest}"] = dict(offsets)
+            self.dirty = True
 
     def persist(self, force: bool = False) -> None:
         if not (self.dirty or force):

@@ -8,6 +8,7 @@ from idemp.remoting import PullSysFlag, RemotingCommand, RequestCode, ResponseCo
 from idemp.remoting.codes import Perm
 from idemp.remoting.tags import parse_subscription
 
+from .brokerstats import BROKER_GET_NUMS, GROUP_GET_NUMS, GROUP_GET_SIZE
 from .longpoll import HeldPull
 from .metadata import topic_error
 from .store import GetStatus
@@ -113,6 +114,11 @@ def _process(
             )
         codes = sub.codes
     result = store.get_messages(topic, queue_id, offset, cmd.field_int("maxMsgNums"), codes)
+    if result.records:  # BrokerStatsManager.incGroupGetNums/Size, incBrokerGetNums
+        n = len(result.records)
+        store.stats.add(GROUP_GET_NUMS, f"{topic}@{group}", n)
+        store.stats.add(GROUP_GET_SIZE, f"{topic}@{group}", sum(map(len, result.records)))
+        store.stats.add(BROKER_GET_NUMS, server.config.brokerClusterName, n)
     if result.status is GetStatus.NO_MESSAGE_IN_QUEUE:
         code = ResponseCode.PULL_OFFSET_MOVED if offset != 0 else ResponseCode.PULL_NOT_FOUND
     else:

@@ -18,6 +18,7 @@ from idemp.remoting.codes import (
 from idemp.remoting.message import MessageFormatError, decode_properties, iter_batch
 from idemp.remoting.msgid import offset_msg_id
 
+from .brokerstats import BROKER_PUT_NUMS, SNDBCK_PUT_NUMS, TOPIC_PUT_NUMS, TOPIC_PUT_SIZE
 from .metadata import dlq_topic, retry_topic, topic_error
 
 if TYPE_CHECKING:
@@ -183,6 +184,7 @@ def send_message(server: Broker, conn: Peer, request: RemotingCommand) -> Handle
         result = store.put(base, keep_wait=keep_wait)
     except MessageFormatError as exc:
         return request.response(ResponseCode.MESSAGE_ILLEGAL, str(exc))
+    _count_put(server, topic, 1, len(base.body))
     response = request.response(
         ResponseCode.SUCCESS,
         ext_fields={
@@ -194,6 +196,15 @@ def send_message(server: Broker, conn: Peer, request: RemotingCommand) -> Handle
         },
     )
     return _after_flush(server, response, result.end)
+
+
+def _count_put(server: Broker, topic: str, n: int, size: int) -> None:
+    """BrokerStatsManager's per-topic and per-broker put counters (statsAll, clusterList)."""
+    stats = server.store.stats if server.store is not None else None
+    if stats is not None:
+        stats.add(TOPIC_PUT_NUMS, topic, n)
+        stats.add(TOPIC_PUT_SIZE, topic, size)
+        stats.add(BROKER_PUT_NUMS, server.config.brokerClusterName, n)
 
 
 def _after_flush(server: Broker, response: RemotingCommand, end: int) -> HandlerResult:
@@ -253,6 +264,7 @@ def _send_batch(
             first_offset = result.queue_offset
         ids.append(offset_msg_id(store.store_host, result.commit_log_offset))
         end = result.end
+        _count_put(server, base.topic, 1, len(e.body))
     response = request.response(
         ResponseCode.SUCCESS,
         ext_fields={
@@ -319,4 +331,5 @@ def send_back(server: Broker, conn: Peer, cmd: RemotingCommand) -> HandlerResult
         reconsume_times=msg.reconsume_times + 1,
     )
     result = store.put(retry, keep_wait=True)
+    store.stats.add(SNDBCK_PUT_NUMS, f"{msg.topic}@{group}", 1)
     return _after_flush(server, cmd.response(ResponseCode.SUCCESS), result.end)

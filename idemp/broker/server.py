@@ -29,6 +29,7 @@ from .acl import AclDenied, AclFileWatch, PlainAcl, default_acl_path, load_acl
 from .clients import ClientManager
 from .config import BrokerConfig
 from .context import Handler
+from .kvconfig import NamesrvState
 from .locks import LockManager
 from .longpoll import PullHoldService
 from .store import MessageStore
@@ -49,6 +50,7 @@ class Connection(asyncio.Protocol):
         self.peer_host: tuple[str, int] = ("127.0.0.1", 0)
         self.closed = False
         self.last_active = time.monotonic()
+        self._waiting: dict[int, asyncio.Future[RemotingCommand]] = {}  # opaque -> answer
         self.language = "JAVA"
         self.version = 0
 
@@ -63,6 +65,10 @@ class Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        for fut in self._waiting.values():
+            if not fut.done():
+                fut.set_exception(ConnectionError(f"{self.peer} closed the connection"))
+        self._waiting.clear()
         self.server.connections.discard(self)
         self.server.on_connection_closed(self)
 
@@ -76,7 +82,10 @@ class Connection(asyncio.Protocol):
             return
         for cmd in commands:
             if cmd.is_response:
-                continue  # answers to our oneway/admin requests; nothing waits on them
+                fut = self._waiting.pop(cmd.opaque, None)
+                if fut is not None and not fut.done():
+                    fut.set_result(cmd)
+                continue  # otherwise an answer nobody waits for (a oneway's)
             self.language = cmd.language
             self.version = cmd.version
             self._dispatch(cmd)
@@ -176,6 +185,20 @@ class Connection(asyncio.Protocol):
             )
         )
 
+    async def invoke(
+        self, code: int, ext_fields: dict[str, str], body: bytes = b"", timeout: float = 5.0
+    ) -> RemotingCommand:
+        """A request to the client on this connection, and its answer (the broker asks
+        consumers for their running info, or to consume a message directly)."""
+        opaque = next(self.server.opaques)
+        fut: asyncio.Future[RemotingCommand] = asyncio.get_running_loop().create_future()
+        self._waiting[opaque] = fut
+        self.send(RemotingCommand(code=code, opaque=opaque, ext_fields=ext_fields, body=body))
+        try:
+            return await asyncio.wait_for(fut, timeout)
+        finally:
+            self._waiting.pop(opaque, None)
+
     def close(self) -> None:
         if self.transport is not None and not self.closed:
             self.transport.close()
@@ -198,17 +221,42 @@ class BrokerServer:
         self.namesrv_addr = ""
         self._tasks: list[asyncio.Task[None]] = []
         self.acl: PlainAcl | None = None
+        self.config_version = 0
+        self.boot_ms = int(time.time() * 1000)
 
     # --- life cycle ----------------------------------------------------------------
     async def start(self) -> None:
-        from . import admin, consumers, namesrv, pull, schedule, send, transaction
+        from . import (
+            admin,
+            admin_clients,
+            admin_config,
+            admin_maintenance,
+            admin_stats,
+            consumers,
+            namesrv,
+            pull,
+            schedule,
+            send,
+            transaction,
+        )
 
         if self.config.aclEnable:  # before anything listens: a bad file must stop the start
             self.acl = load_acl(default_acl_path(self.config))
             log.info("ACL enabled: %d accounts from %s", len(self.acl.accounts), self.acl.path)
         self.store = MessageStore(self.config)
+        self.namesrv = NamesrvState(self.store.root / "config" / "kvConfig.json")
         self.store.listeners.append(self.holds.arrived)
-        for module in (send, pull, consumers, admin, transaction):
+        for module in (
+            send,
+            pull,
+            consumers,
+            admin,
+            admin_stats,
+            admin_clients,
+            admin_config,
+            admin_maintenance,
+            transaction,
+        ):
             module.register(self.broker_handlers)
         namesrv.register(self.namesrv_handlers)
         loop = asyncio.get_running_loop()
@@ -238,12 +286,20 @@ class BrokerServer:
             loop.create_task(self._housekeeping()),
             loop.create_task(self.scheduler.run()),
             loop.create_task(self.transactions.run()),
+            loop.create_task(self._sample_stats()),
         ]
         if not self.config.sync_flush:
             self._tasks.append(loop.create_task(self._async_flush()))
         if self.acl is not None:
             watch = AclFileWatch(self.acl, lambda acl: setattr(self, "acl", acl))
             self._tasks.append(loop.create_task(watch.run()))
+
+    async def _sample_stats(self) -> None:
+        """StoreStatsService's sampling: once a second, for the TPS over 10/60/600 s."""
+        while True:
+            await asyncio.sleep(1.0)
+            if self.store is not None:
+                self.store.stats.sample()
 
     async def stop(self) -> None:
         for srv in self.servers:

@@ -20,12 +20,14 @@ from idemp.remoting.codes import SCHEDULE_TOPIC, MessageSysFlag, Prop
 from idemp.remoting.message import MessageExt, decode_message, encode_message
 from idemp.remoting.tags import tags_code
 
+from .brokerstats import BrokerStats
 from .commitlog import CommitLog
 from .config import BrokerConfig
 from .consumequeue import ConsumeQueue
 from .jsonfile import read_json, write_json
 from .metadata import GroupTable, OffsetTable, TopicTable
 
+DELETED_TOPICS = "deletedTopics.json"
 log = logging.getLogger("idemp.broker.store")
 
 # RocketMQ scans at most 16000 bytes of consume queue (800 entries) per pull.
@@ -76,7 +78,12 @@ class MessageStore:
         cfg_dir = root / "config"
         cfg_dir.mkdir(parents=True, exist_ok=True)
         self.topics = TopicTable(
-            cfg_dir / "topics.json", config.defaultTopicQueueNums, config.brokerPermission
+            cfg_dir / "topics.json",
+            config.defaultTopicQueueNums,
+            config.brokerPermission,
+            cluster=config.brokerClusterName,
+            broker_name=config.brokerName,
+            auto_create=config.autoCreateTopicEnable,
         )
         self.groups = GroupTable(
             cfg_dir / "subscriptionGroup.json", config.autoCreateSubscriptionGroup
@@ -91,6 +98,13 @@ class MessageStore:
         self._flush_waiters: list[tuple[int, asyncio.Future[None]]] = []
         self._flushing = False
         self.recovered_messages = 0
+        self.stats = BrokerStats()
+        # topic -> commit log end when it was deleted: its older records stay in the log
+        # (as RocketMQ's do) but are never indexed again, even after a restart
+        raw = self.load_state(DELETED_TOPICS).get("deleted")
+        self.deleted: dict[str, int] = (
+            {str(k): int(v) for k, v in raw.items()} if isinstance(raw, dict) else {}
+        )
         self._recover()
 
     # --- start-up ------------------------------------------------------------------
@@ -107,6 +121,8 @@ class MessageStore:
 
     def _dispatch(self, msg: MessageExt) -> None:
         if not is_dispatched(msg.sys_flag):
+            return
+        if msg.commit_log_offset < self.deleted.get(msg.topic, -1):
             return
         cq = self.queue(msg.topic, msg.queue_id)
         if msg.queue_offset != cq.max_offset:
@@ -174,6 +190,7 @@ class MessageStore:
                 keep_wait = True
         if not keep_wait:
             msg.properties.pop(Prop.WAIT, None)
+        began = time.monotonic()
         cq = self.queue(msg.topic, msg.queue_id) if is_dispatched(msg.sys_flag) else None
         msg.queue_offset = cq.max_offset if cq is not None else 0
         msg.commit_log_offset = self.commitlog.end
@@ -188,6 +205,7 @@ class MessageStore:
                 self._index(msg)
             for listener in self.listeners:
                 listener(msg.topic, msg.queue_id, cq.max_offset, tcode)
+        self.stats.on_put(len(record), int((time.monotonic() - began) * 1000))
         return PutResult(
             msg.commit_log_offset,
             msg.queue_offset,
@@ -264,6 +282,19 @@ class MessageStore:
         max_nums: int,
         codes: frozenset[int] | None,
     ) -> GetResult:
+        began = time.monotonic()
+        result = self._get_messages(topic, queue_id, offset, max_nums, codes)
+        self.stats.on_get(len(result.records), int((time.monotonic() - began) * 1000))
+        return result
+
+    def _get_messages(
+        self,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_nums: int,
+        codes: frozenset[int] | None,
+    ) -> GetResult:
         cq = self.queues.get((topic, queue_id))
         if cq is None or cq.max_offset == 0:
             return GetResult(GetStatus.NO_MESSAGE_IN_QUEUE, 0, 0, 0, [])
@@ -307,7 +338,8 @@ class MessageStore:
         if self._key_index is None:
             self._key_index = {}
             for stored in self.iter_messages():
-                if is_dispatched(stored.sys_flag):
+                gone = stored.commit_log_offset < self.deleted.get(stored.topic, -1)
+                if is_dispatched(stored.sys_flag) and not gone:
                     self._index(stored)
         out: list[bytes] = []
         # Newest first, as RocketMQ's IndexFile walks a key's hash chain backwards: with
@@ -334,6 +366,21 @@ class MessageStore:
             msg, _ = decode_message(self.commitlog.read(pos, size), 0, decompress=decompress)
             yield msg
             pos += size
+
+    def delete_topic(self, topic: str) -> None:
+        """DELETE_TOPIC_IN_BROKER: the config and the consume queues go; the records stay
+        in the commit log, unreachable (RocketMQ deletes the consume queue files)."""
+        if self.topics.topics.pop(topic, None) is not None:
+            self.topics.version += 1
+            self.topics.persist()
+        for queue_key in [k for k in self.queues if k[0] == topic]:
+            del self.queues[queue_key]
+        self.deleted[topic] = self.commitlog.end
+        self.save_state(DELETED_TOPICS, {"deleted": dict(self.deleted)})
+        if self._key_index is not None:
+            prefix = f"{topic}#"
+            for index_key in [k for k in self._key_index if k.startswith(prefix)]:
+                del self._key_index[index_key]
 
     # --- small persisted state -----------------------------------------------------
     def load_state(self, name: str) -> dict[str, object]:

@@ -19,6 +19,7 @@ from idemp.remoting.codes import (
     TRANS_HALF_TOPIC,
     TRANS_OP_HALF_TOPIC,
     MessageSysFlag,
+    Perm,
     Prop,
 )
 from idemp.remoting.msgid import offset_msg_id
@@ -119,6 +120,7 @@ class TransactionCheckService:
     def _write_op(self, queue_offset: int) -> None:
         store = self.server.store
         assert store is not None
+        store.topics.create_system(TRANS_OP_HALF_TOPIC, 1, Perm.READ | Perm.WRITE)
         store.put(
             MessageExt(
                 topic=TRANS_OP_HALF_TOPIC,
@@ -179,6 +181,7 @@ class TransactionCheckService:
             self.server.config.transactionCheckMax,
             TRANS_CHECK_MAX_TIME_TOPIC,
         )
+        store.topics.create_system(TRANS_CHECK_MAX_TIME_TOPIC, 1, Perm.READ | Perm.WRITE)
         store.put(
             MessageExt(
                 topic=TRANS_CHECK_MAX_TIME_TOPIC,

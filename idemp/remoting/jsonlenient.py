@@ -47,3 +47,28 @@ def _quote_bare_keys(text: str) -> str:
         i += 1
     out.append(_BARE_KEY.sub(r'\1"\2"\3', text[start:]))
     return "".join(out)
+
+
+class ObjectKeyMap(list[tuple[dict[str, Any], Any]]):
+    """A map whose keys are objects (a MessageQueue), as fastjson writes one:
+    ``{{"brokerName":"b","queueId":0,"topic":"t"}:{...}}``. Not JSON, but what Java's
+    admin tools parse (``TopicStatsTable``, ``ConsumeStats``, ``ResetOffsetBody``)."""
+
+
+def dumps(value: Any) -> str:
+    """JSON as fastjson writes it: keys sorted, no spaces, ObjectKeyMap keys as objects."""
+    if isinstance(value, ObjectKeyMap):
+        items = (f"{dumps(k)}:{dumps(v)}" for k, v in value)
+        return "{" + ",".join(items) + "}"
+    if isinstance(value, dict):
+        items = (f"{json.dumps(str(k))}:{dumps(v)}" for k, v in sorted(value.items()))
+        return "{" + ",".join(items) + "}"
+    if isinstance(value, (list, tuple, set, frozenset)):
+        seq = sorted(value) if isinstance(value, (set, frozenset)) else value
+        return "[" + ",".join(dumps(v) for v in seq) + "]"
+    return json.dumps(value, separators=(",", ":"))
+
+
+def mq(topic: str, broker_name: str, queue_id: int) -> dict[str, Any]:
+    """A MessageQueue as its JSON object."""
+    return {"brokerName": broker_name, "queueId": queue_id, "topic": topic}

@@ -1,0 +1,69 @@
+"""The broker's configuration over the wire: ``mqadmin getBrokerConfig`` and
+``updateBrokerConfig``.
+
+RocketMQ answers GET_BROKER_CONFIG with every setting as ``key=value`` lines and a
+``version`` header (a DataVersion); UPDATE_BROKER_CONFIG takes ``key=value`` lines and
+applies those it knows, ignoring the rest and values that do not parse (it still
+answers SUCCESS; idemp logs what it ignored). idemp reports the settings it has.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import time
+from typing import TYPE_CHECKING
+
+from idemp.remoting import RemotingCommand, RequestCode, ResponseCode
+
+from .config import ConfigError, apply_setting, read_properties
+
+if TYPE_CHECKING:
+    from .config import BrokerConfig
+    from .context import Broker, Handler, Peer
+
+log = logging.getLogger("idemp.broker.admin")
+
+
+def register(handlers: dict[int, Handler]) -> None:
+    handlers[RequestCode.GET_BROKER_CONFIG] = get_config
+    handlers[RequestCode.UPDATE_BROKER_CONFIG] = update_config
+
+
+def _value(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def config_lines(cfg: BrokerConfig) -> str:
+    """Configuration.getAllConfigsFormatString: one ``key=value`` per line."""
+    items = {
+        f.name: _value(getattr(cfg, f.name)) for f in dataclasses.fields(cfg) if f.name != "unknown"
+    }
+    items.update(cfg.unknown)
+    return "".join(f"{k}={v}\n" for k, v in items.items())
+
+
+def get_config(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingCommand:
+    version = {"counter": server.config_version, "timestamp": int(time.time() * 1000)}
+    return cmd.response(
+        ResponseCode.SUCCESS,
+        ext_fields={"version": json.dumps(version, separators=(",", ":"))},
+        body=config_lines(server.config).encode(),
+    )
+
+
+def update_config(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingCommand:
+    if cmd.body:
+        text = cmd.body.decode("utf-8", errors="replace")
+        for key, raw in read_properties(text).items():
+            try:
+                apply_setting(server.config, key, raw)
+            except ConfigError as exc:
+                log.warning("updateBrokerConfig from %s: ignored %s", conn.peer, exc)
+                continue
+            log.info("updateBrokerConfig from %s: %s=%s", conn.peer, key, raw)
+        server.config_version += 1
+    return cmd.response(ResponseCode.SUCCESS)

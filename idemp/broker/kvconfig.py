@@ -1,0 +1,46 @@
+"""The embedded nameserver's own state: its KV config and the brokers' write permission.
+
+RocketMQ's nameserver keeps a namespace → key → value table (KVConfigManager, persisted
+in ``kvConfig.json``): ``ORDER_TOPIC_CONFIG`` holds a topic's order configuration, which
+the route of that topic then carries. ``wipeWritePerm``/``addWritePerm`` change the
+write bit of a broker's queues in the routes, not the broker's topic configs.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .jsonfile import read_json, write_json
+
+ORDER_TOPIC_CONFIG = "ORDER_TOPIC_CONFIG"  # NamesrvUtil.NAMESPACE_ORDER_TOPIC_CONFIG
+
+
+class NamesrvState:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.kv: dict[str, dict[str, str]] = {}
+        data = read_json(path)
+        if data:
+            for ns, table in (data.get("configTable") or {}).items():
+                self.kv[str(ns)] = {str(k): str(v) for k, v in dict(table).items()}
+        self.write_wiped: set[str] = set()  # broker names whose write bit is off
+        # topic -> the broker's topic table version when its route was deleted here
+        self.deleted_routes: dict[str, int] = {}
+        self.settings: dict[str, str] = {"orderMessageEnable": "false", "clusterTest": "false"}
+
+    def put(self, namespace: str, key: str, value: str) -> None:
+        self.kv.setdefault(namespace, {})[key] = value
+        self._persist()
+
+    def get(self, namespace: str, key: str) -> str | None:
+        return self.kv.get(namespace, {}).get(key)
+
+    def delete(self, namespace: str, key: str) -> None:
+        table = self.kv.get(namespace)
+        if table is not None and table.pop(key, None) is not None:
+            if not table:
+                del self.kv[namespace]
+            self._persist()
+
+    def _persist(self) -> None:
+        write_json(self.path, {"configTable": self.kv})
