@@ -28,5 +28,5 @@ for mode in concurrent orderly; do
 done
 out=$("${JAVA_RUN[@]}" ProduceAll "127.0.0.1:$NS_PORT" TopicInteropProduce 20 2>/dev/null | grep '^sync=') || rc=1
 echo "idemp broker: $out"
-INTEROP_HOME="$WORK" .venv/bin/python interop/mqadmin_cases.py "127.0.0.1:$NS_PORT" | sed 's/^/idemp broker: /' || rc=1
+INTEROP_HOME="$WORK" .venv/bin/python interop/mqadmin_cases.py "127.0.0.1:$NS_PORT" "127.0.0.1:$BR_PORT" | sed 's/^/idemp broker: /' || rc=1
 exit $rc

@@ -11,7 +11,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from idemp.remoting import RemotingCommand, RequestCode, ResponseCode
-from idemp.remoting.codes import SYSTEM_TOPICS
+from idemp.remoting.codes import DEFAULT_TOPIC, SYSTEM_TOPICS
 from idemp.remoting.jsonlenient import dumps
 
 from .metadata import topic_error
@@ -40,6 +40,7 @@ def system_topic_names(server: Broker) -> set[str]:
     """TopicValidator's system topic set as this broker has it."""
     cfg = server.config
     names = set(SYSTEM_TOPICS) | {
+        DEFAULT_TOPIC,
         cfg.brokerClusterName,
         cfg.brokerName,
         f"{cfg.brokerClusterName}_REPLY_TOPIC",

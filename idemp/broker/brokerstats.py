@@ -61,14 +61,17 @@ class _Item:
     hour: deque[tuple[int, int, int]] = field(default_factory=lambda: deque(maxlen=7))
     day: deque[tuple[int, int, int]] = field(default_factory=lambda: deque(maxlen=25))
 
-    def sample(self, window: deque[tuple[int, int, int]], now: int) -> None:
+    def sample(self, window: deque[tuple[int, int, int]], now: int, period_ms: int) -> None:
+        """StatsItem.samplingInXxx: a window's first sample is preceded by a zero one
+        period earlier, so what was counted before it shows in the window."""
+        if not window:
+            window.append((now - period_ms, 0, 0))
         window.append((now, self.value, self.times))
 
     @staticmethod
     def window_stats(window: deque[tuple[int, int, int]]) -> dict[str, Any]:
         """StatsItem.computeStatsData: sum, tps and average per call between the first
-        and last samples of a window (nothing before two samples exist: RocketMQ's
-        tools show a fresh counter as 0 until the sampler has seen it twice)."""
+        and last samples of a window (zero until the sampler has seen the counter)."""
         if not window:
             return {"sum": 0, "tps": 0.0, "avgpt": 0.0}
         first, last = window[0], window[-1]
@@ -148,15 +151,15 @@ class BrokerStats:
         if force or now - self._last_minute >= 10_000:
             self._last_minute = now
             for item in self.items.values():
-                item.sample(item.minute, now)
+                item.sample(item.minute, now, 10_000)
         if force or now - self._last_hour >= 600_000:
             self._last_hour = now
             for item in self.items.values():
-                item.sample(item.hour, now)
+                item.sample(item.hour, now, 600_000)
         if force or now - self._last_day >= 3_600_000:
             self._last_day = now
             for item in self.items.values():
-                item.sample(item.day, now)
+                item.sample(item.day, now, 3_600_000)
         day = time.localtime(now / 1000).tm_yday
         if day != self._day:  # BrokerStats.record at midnight
             self._day = day

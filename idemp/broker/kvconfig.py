@@ -36,10 +36,8 @@ class NamesrvState:
         return self.kv.get(namespace, {}).get(key)
 
     def delete(self, namespace: str, key: str) -> None:
-        table = self.kv.get(namespace)
+        table = self.kv.get(namespace)  # an emptied namespace stays, as in RocketMQ
         if table is not None and table.pop(key, None) is not None:
-            if not table:
-                del self.kv[namespace]
             self._persist()
 
     def _persist(self) -> None:

@@ -127,7 +127,28 @@ def put_kv(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingCommand:
     if namespace is None or key is None:
         return cmd.response(ResponseCode.SYSTEM_ERROR, "namespace or key is null")
     server.namesrv.put(namespace, key, cmd.ext_fields.get("value") or "")
+    if namespace == ORDER_TOPIC_CONFIG:
+        sync_order_topics(server)
     return cmd.response(ResponseCode.SUCCESS)
+
+
+def sync_order_topics(server: Broker) -> None:
+    """TopicConfigManager.updateOrderTopicConfig, which RocketMQ's broker runs with the
+    KV table each registration answers: a topic is ``order`` exactly when the
+    nameserver's ORDER_TOPIC_CONFIG names it (here at once, registration being local)."""
+    assert server.store is not None
+    ordered = server.namesrv.kv.get(ORDER_TOPIC_CONFIG)
+    if ordered is None:  # no such namespace: the registration carries no table
+        return
+    changed = False
+    for name, cfg in server.store.topics.topics.items():
+        want = name in ordered
+        if cfg.order != want:
+            cfg.order = want
+            changed = True
+    if changed:
+        server.store.topics.version += 1
+        server.store.topics.persist()
 
 
 def get_kv(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingCommand:
@@ -141,14 +162,17 @@ def get_kv(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingCommand:
 
 
 def delete_kv(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingCommand:
-    server.namesrv.delete(cmd.ext_fields.get("namespace", ""), cmd.ext_fields.get("key", ""))
+    namespace = cmd.ext_fields.get("namespace", "")
+    server.namesrv.delete(namespace, cmd.ext_fields.get("key", ""))
+    if namespace == ORDER_TOPIC_CONFIG:
+        sync_order_topics(server)
     return cmd.response(ResponseCode.SUCCESS)
 
 
 def kv_list(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingCommand:
     namespace = cmd.ext_fields.get("namespace", "")
     table = server.namesrv.kv.get(namespace)
-    if not table:
+    if table is None:
         return cmd.response(ResponseCode.QUERY_NOT_FOUND, f"No config item, Namespace: {namespace}")
     return cmd.response(ResponseCode.SUCCESS, body=json.dumps({"table": table}).encode())
 

@@ -259,6 +259,7 @@ class BrokerServer:
         ):
             module.register(self.broker_handlers)
         namesrv.register(self.namesrv_handlers)
+        namesrv.sync_order_topics(self)
         loop = asyncio.get_running_loop()
         bind = self.config.bindAddress
         broker = await loop.create_server(

@@ -281,15 +281,25 @@ class PushConsumer:
         if self.offsets is not None and not self.stopping:
             await self.offsets.persist_all(list(self.process_queues))
 
-    async def reset_offsets(self, topic: str, timestamp: int) -> None:
-        """RESET_CONSUMER_CLIENT_OFFSET: drop the topic's queues with the offsets the
-        broker already stored; the next rebalance takes them again from there."""
+    async def reset_offsets(
+        self, topic: str, timestamp: int, offsets: dict[MessageQueue, int] | None = None
+    ) -> None:
+        """RESET_CONSUMER_CLIENT_OFFSET: drop the topic's queues; the offsets the request
+        carries (a Java admin's reset by time) are committed first, so the next rebalance
+        takes the queues again from there (without them: from what the broker stored)."""
         for mq, pq in list(self.process_queues.items()):
             if mq.topic == topic:
                 pq.dropped = True
                 self.process_queues.pop(mq, None)
-                if self.offsets is not None:
-                    self.offsets.remove(mq)
+        if self.offsets is not None:
+            for mq, offset in (offsets or {}).items():
+                self.offsets.update(mq, offset, increase_only=False)
+                try:
+                    await self.offsets.persist(mq, sync=True)
+                except RemotingError as exc:
+                    log.warning("reset of %s to %d not committed: %s", mq, offset, exc)
+            for mq in [m for m in list(self.offsets.table) if m.topic == topic]:
+                self.offsets.remove(mq)
         if self.instance is not None:
             self.instance.wake_rebalance()
 

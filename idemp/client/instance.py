@@ -53,7 +53,9 @@ class ConsumerMember(Protocol):
 
     async def persist_offsets(self) -> None: ...
 
-    async def reset_offsets(self, topic: str, timestamp: int) -> None: ...
+    async def reset_offsets(
+        self, topic: str, timestamp: int, offsets: dict[MessageQueue, int] | None = None
+    ) -> None: ...
 
     def running_info(self) -> dict[str, Any]: ...
 
@@ -331,7 +333,9 @@ class ClientInstance:
             reset_consumer = self.consumers.get(group)
             if reset_consumer is not None:
                 return reset_consumer.reset_offsets(
-                    cmd.ext_fields.get("topic", ""), int(cmd.ext_fields.get("timestamp", "0"))
+                    cmd.ext_fields.get("topic", ""),
+                    int(cmd.ext_fields.get("timestamp", "0")),
+                    reset_offsets_of(cmd.body),
                 )
             return None
         return cmd.response(
@@ -416,3 +420,27 @@ class ClientInstance:
 
 def now_ms() -> int:
     return int(time.time() * 1000)
+
+
+def reset_offsets_of(body: bytes) -> dict[MessageQueue, int]:
+    """The offsets of a RESET_CONSUMER_CLIENT_OFFSET body: a Java broker's ResetOffsetBody
+    (MessageQueue objects as map keys) or the C++ form (a list with ``offset``)."""
+    from idemp.remoting.jsonlenient import loads_fastjson
+
+    if not body:
+        return {}
+    try:
+        table = loads_fastjson(body).get("offsetTable")
+    except (ValueError, AttributeError):
+        log.warning("unreadable offset reset body: %r", body[:200])
+        return {}
+    pairs = table if isinstance(table, list) else []
+    out: dict[MessageQueue, int] = {}
+    for entry in pairs:
+        key, offset = entry if isinstance(entry, tuple) else (entry, entry.get("offset"))
+        try:
+            mq = MessageQueue(str(key["topic"]), str(key["brokerName"]), int(key["queueId"]))
+            out[mq] = int(offset)
+        except (KeyError, TypeError, ValueError):
+            continue
+    return out

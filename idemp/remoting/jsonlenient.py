@@ -72,3 +72,100 @@ def dumps(value: Any) -> str:
 def mq(topic: str, broker_name: str, queue_id: int) -> dict[str, Any]:
     """A MessageQueue as its JSON object."""
     return {"brokerName": broker_name, "queueId": queue_id, "topic": topic}
+
+
+def loads_fastjson(text: str | bytes) -> Any:
+    """Parse what fastjson writes, object keys included: a map whose keys are objects
+    comes back as an :class:`ObjectKeyMap` of (key dict, value) pairs; bare integer
+    keys as strings, as :func:`loads` has them."""
+    if isinstance(text, (bytes, bytearray, memoryview)):
+        text = bytes(text).decode("utf-8")
+    parser = _Parser(text)
+    value = parser.value()
+    parser.skip()
+    if parser.i != len(text):
+        raise ValueError(f"extra data at {parser.i}")
+    return value
+
+
+class _Parser:
+    _LITERALS = {"true": True, "false": False, "null": None}
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self.i = 0
+        self.decoder = json.JSONDecoder()
+
+    def skip(self) -> None:
+        while self.i < len(self.text) and self.text[self.i] in " \t\r\n":
+            self.i += 1
+
+    def value(self) -> Any:
+        self.skip()
+        if self.i >= len(self.text):
+            raise ValueError("unexpected end")
+        c = self.text[self.i]
+        if c == "{":
+            return self.obj()
+        if c == "[":
+            self.i += 1
+            items: list[Any] = []
+            self.skip()
+            if self.text.startswith("]", self.i):
+                self.i += 1
+                return items
+            while True:
+                items.append(self.value())
+                self.skip()
+                if self.text.startswith(",", self.i):
+                    self.i += 1
+                    continue
+                if self.text.startswith("]", self.i):
+                    self.i += 1
+                    return items
+                raise ValueError(f"expected , or ] at {self.i}")
+        for word, literal in self._LITERALS.items():
+            if self.text.startswith(word, self.i):
+                self.i += len(word)
+                return literal
+        parsed, end = self.decoder.raw_decode(self.text, self.i)  # a string or number
+        self.i = end
+        return parsed
+
+    def obj(self) -> Any:
+        self.i += 1  # {
+        plain: dict[str, Any] = {}
+        pairs = ObjectKeyMap()
+        self.skip()
+        if self.text.startswith("}", self.i):
+            self.i += 1
+            return plain
+        while True:
+            self.skip()
+            c = self.text[self.i]
+            if c == "{":
+                key: Any = self.obj()
+            elif c == '"':
+                key, self.i = self.decoder.raw_decode(self.text, self.i)
+            else:  # a bare number key
+                start = self.i
+                while self.i < len(self.text) and self.text[self.i] not in ":":
+                    self.i += 1
+                key = self.text[start : self.i].strip()
+            self.skip()
+            if not self.text.startswith(":", self.i):
+                raise ValueError(f"expected : at {self.i}")
+            self.i += 1
+            val = self.value()
+            if isinstance(key, dict):
+                pairs.append((key, val))
+            else:
+                plain[str(key)] = val
+            self.skip()
+            if self.text.startswith(",", self.i):
+                self.i += 1
+                continue
+            if self.text.startswith("}", self.i):
+                self.i += 1
+                return pairs if pairs else plain
+            raise ValueError(f"expected , or }} at {self.i}")

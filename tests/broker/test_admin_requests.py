@@ -1,0 +1,251 @@
+"""The admin requests mqadmin 4.9.7 sends, answered as RocketMQ 4.9.7 answers them (issue
+12 §2; shapes from AdminBrokerProcessor and the nameserver's DefaultRequestProcessor).
+``make interop`` runs mqadmin itself against idemp's broker; these tests pin the answers
+in ``make test``, each exact."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from idemp.broker.process import BrokerProcess
+from idemp.remoting import RemotingCommand, RequestCode, ResponseCode
+from idemp.remoting.jsonlenient import loads_fastjson
+from tests.broker.rawclient import RawClient
+
+TOPIC, GROUP = "AdminTopic", "AdminGroup"
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    """One broker for the module: AdminTopic (2 queues) with 3 messages on queue 0 and 1
+    on queue 1; AdminGroup committed offset 2 on queue 0 and 1 on queue 1."""
+    with BrokerProcess(tmp_path_factory.mktemp("admin") / "store") as b:
+        with RawClient(b.broker_addr) as c:
+            assert c.create_topic(TOPIC, 2).code == 0
+            for i in range(3):
+                assert c.send_message(TOPIC, f"m{i}".encode(), {"KEYS": f"k{i}"}).code == 0
+            assert c.send_message(TOPIC, b"m3", queue_id=1).code == 0
+            for qid, offset in ((0, 2), (1, 1)):
+                r = c.request(
+                    RequestCode.UPDATE_CONSUMER_OFFSET,
+                    {
+                        "consumerGroup": GROUP,
+                        "topic": TOPIC,
+                        "queueId": qid,
+                        "commitOffset": offset,
+                    },
+                )
+                assert r.code == 0
+            assert c.pull(TOPIC, 0, 0, group=GROUP).code == 0  # 3 messages transferred
+        yield b
+
+
+def _body(resp: RemotingCommand) -> Any:
+    assert resp.code == ResponseCode.SUCCESS, (resp.code, resp.remark)
+    return loads_fastjson(resp.body)
+
+
+def _queues(table: list[tuple[dict[str, Any], Any]]) -> dict[int, Any]:
+    return {key["queueId"]: value for key, value in table}
+
+
+def test_runtime_info_reports_what_the_store_did(broker: BrokerProcess) -> None:
+    with RawClient(broker.broker_addr) as c:
+        info = _body(c.request(RequestCode.GET_BROKER_RUNTIME_INFO))["table"]
+    assert info["brokerVersionDesc"] == "V4_9_7" and info["brokerVersion"] == "407"
+    assert info["putMessageTimesTotal"] == "4" and info["msgPutTotalTodayNow"] == "4"
+    assert info["msgGetTotalTodayNow"] == "3"  # one pull of three messages
+    assert info["putMessageFailedTimes"] == "0"
+    assert float(info["putMessageAverageSize"]) * 4 == float(info["putMessageSizeTotal"])
+    assert info["putMessageSizeTotal"] == info["commitLogMaxOffset"]  # the four records
+    assert info["earliestMessageTimeStamp"] == "-1"  # as RocketMQ: < 2 x maxMessageSize
+    assert info["commitLogMinOffset"] == "0"
+    assert info["runtime"].startswith("[ 0 days, 0 hours, ")
+
+
+def test_topic_and_consume_stats(broker: BrokerProcess) -> None:
+    with RawClient(broker.broker_addr) as c:
+        stats = _queues(
+            _body(c.request(RequestCode.GET_TOPIC_STATS_INFO, {"topic": TOPIC}))["offsetTable"]
+        )
+        consume = _body(c.request(RequestCode.GET_CONSUME_STATS, {"consumerGroup": GROUP}))
+        missing = c.request(RequestCode.GET_TOPIC_STATS_INFO, {"topic": "NoSuchTopic"})
+        by_who = _body(c.request(RequestCode.QUERY_TOPIC_CONSUME_BY_WHO, {"topic": TOPIC}))
+    assert {q: (v["minOffset"], v["maxOffset"]) for q, v in stats.items()} == {0: (0, 3), 1: (0, 1)}
+    assert all(v["lastUpdateTimestamp"] > 0 for v in stats.values())
+    assert (missing.code, missing.remark) == (
+        ResponseCode.TOPIC_NOT_EXIST,
+        "topic[NoSuchTopic] not exist",
+    )
+    offsets = _queues(consume["offsetTable"])
+    assert {q: (v["brokerOffset"], v["consumerOffset"]) for q, v in offsets.items()} == {
+        0: (3, 2),
+        1: (1, 1),
+    }
+    assert offsets[0]["lastTimestamp"] > 0 and consume["consumeTps"] == 0.0
+    assert by_who == {"groupList": [GROUP]}
+
+
+def test_connections_of_online_and_unknown_groups(broker: BrokerProcess) -> None:
+    with RawClient(broker.broker_addr) as c:
+        assert (
+            c.heartbeat(
+                "cid-1", consumer_groups=["OnlineGroup"], producer_groups=["PG"], topic=TOPIC
+            ).code
+            == 0
+        )
+        consumers = _body(
+            c.request(RequestCode.GET_CONSUMER_CONNECTION_LIST, {"consumerGroup": "OnlineGroup"})
+        )
+        offline = c.request(RequestCode.GET_CONSUMER_CONNECTION_LIST, {"consumerGroup": "Nobody"})
+        producers = _body(
+            c.request(RequestCode.GET_PRODUCER_CONNECTION_LIST, {"producerGroup": "PG"})
+        )
+        unknown = c.request(RequestCode.GET_PRODUCER_CONNECTION_LIST, {"producerGroup": "NoPG"})
+        everyone = _body(c.request(RequestCode.GET_ALL_PRODUCER_INFO))
+        local = c.local_addr
+    assert consumers["connectionSet"] == [
+        {"clientAddr": local, "clientId": "cid-1", "language": "JAVA", "version": 409}
+    ]
+    assert consumers["consumeType"] == "CONSUME_PASSIVELY"
+    assert consumers["messageModel"] == "CLUSTERING"
+    assert consumers["subscriptionTable"][TOPIC]["subString"] == "*"
+    assert (offline.code, offline.remark) == (
+        ResponseCode.CONSUMER_NOT_ONLINE,
+        "the consumer group[Nobody] not online",
+    )
+    assert producers == {
+        "connectionSet": [
+            {"clientAddr": local, "clientId": "cid-1", "language": "JAVA", "version": 409}
+        ]
+    }
+    assert (unknown.code, unknown.remark) == (
+        ResponseCode.SYSTEM_ERROR,
+        "the producer group[NoPG] not exist",
+    )
+    (info,) = everyone["data"]["PG"]
+    assert (info["clientId"], info["remoteIP"], info["version"]) == ("cid-1", "/" + local, 409)
+
+
+def test_broker_config_get_and_update(broker: BrokerProcess) -> None:
+    with RawClient(broker.broker_addr) as c:
+        before = c.request(RequestCode.GET_BROKER_CONFIG)
+        update = c.request(
+            RequestCode.UPDATE_BROKER_CONFIG,
+            body=b"maxMessageSize=2048\ndefaultTopicQueueNums=oops\n",
+        )
+        after = c.request(RequestCode.GET_BROKER_CONFIG)
+        big = c.send_message(TOPIC, b"x" * 4096)
+        c.request(RequestCode.UPDATE_BROKER_CONFIG, body=b"maxMessageSize=4194304\n")
+    lines = dict(line.split("=", 1) for line in before.body.decode().splitlines())
+    assert lines["brokerName"] == "broker-a" and lines["maxMessageSize"] == "4194304"
+    assert json.loads(before.ext_fields["version"])["counter"] == 0
+    assert update.code == ResponseCode.SUCCESS  # a value that does not parse is ignored
+    after_lines = dict(line.split("=", 1) for line in after.body.decode().splitlines())
+    assert after_lines["maxMessageSize"] == "2048" and after_lines["defaultTopicQueueNums"] == "8"
+    assert json.loads(after.ext_fields["version"])["counter"] == 1
+    assert big.code == ResponseCode.MESSAGE_ILLEGAL  # the new limit is in force
+
+
+def test_delete_topic_and_group(tmp_path: Path) -> None:
+    store = tmp_path / "store"
+    with BrokerProcess(store) as b, RawClient(b.broker_addr) as c:
+        assert c.create_topic("Doomed", 1).code == 0
+        assert c.send_message("Doomed", b"old").code == 0
+        system = c.request(RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": "TBW102"})
+        assert c.request(RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": "Doomed"}).code == 0
+        with RawClient(b.namesrv_addr) as ns:
+            assert ns.request(RequestCode.DELETE_TOPIC_IN_NAMESRV, {"topic": "Doomed"}).code == 0
+            no_route = ns.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "Doomed"})
+        gone = c.request(RequestCode.GET_TOPIC_STATS_INFO, {"topic": "Doomed"})
+        assert (
+            c.request(
+                RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP,
+                body=json.dumps({"groupName": "G1"}).encode(),
+            ).code
+            == 0
+        )
+        assert (
+            c.request(
+                RequestCode.DELETE_SUBSCRIPTIONGROUP, {"groupName": "G1", "removeOffset": "true"}
+            ).code
+            == 0
+        )
+        groups = _body(c.request(RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG))
+    assert (system.code, system.remark) == (
+        ResponseCode.SYSTEM_ERROR,
+        "The topic[TBW102] is conflict with system topic.",
+    )
+    assert gone.code == ResponseCode.TOPIC_NOT_EXIST
+    assert no_route.code == ResponseCode.TOPIC_NOT_EXIST
+    assert "G1" not in groups["subscriptionGroupTable"]
+    with BrokerProcess(store) as b, RawClient(b.broker_addr) as c:  # restarted
+        assert c.create_topic("Doomed", 1).code == 0
+        assert c.max_offset("Doomed") == 0  # the old record is not indexed again
+        assert c.send_message("Doomed", b"new").code == 0
+        assert [m.body for m in c.pull_messages("Doomed")] == [b"new"]
+
+
+def test_clone_offsets_and_query_consume_queue(broker: BrokerProcess) -> None:
+    with RawClient(broker.broker_addr) as c:
+        clone = c.request(
+            RequestCode.CLONE_GROUP_OFFSET,
+            {"srcGroup": GROUP, "destGroup": "Copy", "topic": TOPIC, "offline": "true"},
+        )
+        copied = c.request(
+            RequestCode.QUERY_CONSUMER_OFFSET,
+            {"consumerGroup": "Copy", "topic": TOPIC, "queueId": 0},
+        )
+        cq = _body(
+            c.request(
+                RequestCode.QUERY_CONSUME_QUEUE,
+                {"topic": TOPIC, "queueId": 0, "index": 1, "count": 5},
+            )
+        )
+        nope = c.request(
+            RequestCode.QUERY_CONSUME_QUEUE, {"topic": TOPIC, "queueId": 7, "index": 0, "count": 1}
+        )
+    assert clone.code == 0 and copied.ext_fields["offset"] == "2"
+    assert (cq["minQueueIndex"], cq["maxQueueIndex"]) == (0, 3)
+    assert [row["physicSize"] > 0 for row in cq["queueData"]] == [True, True]
+    assert cq["queueData"][0]["physicOffset"] < cq["queueData"][1]["physicOffset"]
+    assert (nope.code, nope.remark) == (ResponseCode.SYSTEM_ERROR, f"7@{TOPIC} is not exist!")
+
+
+def test_namesrv_kv_config_and_write_permission(broker: BrokerProcess) -> None:
+    with RawClient(broker.namesrv_addr) as ns:
+        put = ns.request(
+            RequestCode.PUT_KV_CONFIG,
+            {"namespace": "ORDER_TOPIC_CONFIG", "key": TOPIC, "value": "broker-a:2"},
+        )
+        got = ns.request(
+            RequestCode.GET_KV_CONFIG, {"namespace": "ORDER_TOPIC_CONFIG", "key": TOPIC}
+        )
+        route = _body(ns.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": TOPIC}))
+        absent = ns.request(RequestCode.GET_KV_CONFIG, {"namespace": "NS", "key": "k"})
+        wipe = ns.request(RequestCode.WIPE_WRITE_PERM_OF_BROKER, {"brokerName": "broker-a"})
+        wiped = _body(ns.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": TOPIC}))
+        add = ns.request(RequestCode.ADD_WRITE_PERM_OF_BROKER, {"brokerName": "broker-a"})
+        back = _body(ns.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": TOPIC}))
+        assert (
+            ns.request(
+                RequestCode.DELETE_KV_CONFIG, {"namespace": "ORDER_TOPIC_CONFIG", "key": TOPIC}
+            ).code
+            == 0
+        )
+        config = ns.request(RequestCode.GET_NAMESRV_CONFIG)
+    assert put.code == 0 and got.ext_fields["value"] == "broker-a:2"
+    assert route["orderTopicConf"] == "broker-a:2"
+    assert (absent.code, absent.remark) == (
+        ResponseCode.QUERY_NOT_FOUND,
+        "No config item, Namespace: NS Key: k",
+    )
+    assert int(wipe.ext_fields["wipeTopicCount"]) > 0
+    assert wiped["queueDatas"][0]["perm"] == 4 and back["queueDatas"][0]["perm"] == 6
+    assert add.ext_fields["addTopicCount"] == wipe.ext_fields["wipeTopicCount"]
+    assert f"listenPort={broker.namesrv_addr.rsplit(':', 1)[1]}" in config.body.decode()
