@@ -172,11 +172,11 @@ def run(args: argparse.Namespace) -> int:
                 stop.set()
                 return
             left = {s.name: s.in_flight() for s in app.listeners}
-            print(
-                f"idemp worker: second signal, exiting now; abandoned in-flight messages "
-                f"(not acked, they come back): {json.dumps(left)}",
-                file=sys.stderr,
-                flush=True,
+            # through the log handler, so that --log-format json keeps every line JSON
+            log.error(
+                "idemp worker: second signal, exiting now; abandoned in-flight messages "
+                "(not acked, they come back): %s",
+                json.dumps(left),
             )
             os._exit(1)
 

@@ -115,8 +115,8 @@ def service(tmp_path: Path) -> Iterator[tuple[BrokerProcess, Callable[..., Worke
         producer.shutdown()
     workers: list[Worker] = []
 
-    def launch(name: str, **extra_env: str) -> Worker:
-        w = Worker(name, tmp_path, {**env, **extra_env})
+    def launch(name: str, *args: str, **extra_env: str) -> Worker:
+        w = Worker(name, tmp_path, {**env, **extra_env}, *args)
         workers.append(w)
         return w
 
@@ -156,7 +156,7 @@ def test_sigterm_mid_batch_loses_and_doubles_nothing(service: Any) -> None:
     assert stopped_with < ORDERS  # it was stopped mid-way, with work left
     assert "event=stopped" in first.stderr()
 
-    second = launch("b")
+    second = launch("b", "--log-format", "json")
     second.wait_ready()
     wait_for(
         lambda: (
@@ -168,6 +168,9 @@ def test_sigterm_mid_batch_loses_and_doubles_nothing(service: Any) -> None:
     )
     second.signal(signal.SIGTERM)
     assert second.wait(60) == 0, second.stderr()
+    lines = [json.loads(line) for line in second.stderr().splitlines()]  # every line JSON
+    events = {line["message"].split()[1] for line in lines if line["logger"] == "idemp.worker"}
+    assert {"event=ready", "event=stopping", "event=stopped"} <= events
     orders, steps = _counts(engine)
     assert orders == {f"o-{i}": 1 for i in range(ORDERS)}  # nothing lost, nothing doubled
     assert steps == {f"r{r}": list(range(STEPS)) for r in range(RIDES)}
@@ -204,16 +207,20 @@ def test_orderly_queues_are_taken_over_at_once(service: Any) -> None:
 
 def test_a_second_signal_exits_at_once_and_says_what_was_abandoned(service: Any) -> None:
     _, launch, engine = service
-    w = launch("slow", ORDER_WORK_S="5")
+    w = launch("slow", "--log-format", "json", ORDER_WORK_S="5")
     w.wait_ready()
     wait_for(lambda: w.metric('idemp_in_flight_messages{listener="on_order"}') > 0, 60, "work")
     w.signal(signal.SIGTERM)
     time.sleep(0.5)  # the first signal is being handled (handlers take 5 s each)
     w.signal(signal.SIGTERM)
     assert w.wait(30) == 1
-    err = w.stderr()
-    assert "second signal, exiting now; abandoned in-flight messages" in err
-    assert '"on_order": ' in err
+    last = json.loads(w.stderr().splitlines()[-1])  # JSON logs: the last word is JSON too
+    assert last["level"] == "ERROR"
+    assert last["message"].startswith(
+        "idemp worker: second signal, exiting now; abandoned in-flight messages"
+    )
+    abandoned = json.loads(last["message"].split(": ", 2)[2])
+    assert set(abandoned) == {"on_order", "on_ride_step"} and abandoned["on_order"] > 0
 
 
 def _write_app(tmp_path: Path, body: str) -> Path:
