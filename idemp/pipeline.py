@@ -47,11 +47,12 @@ from idemp.keys import (
 )
 from idemp.message import ConsumeResult, Message, ack_of, consume_result_of
 from idemp.outcome import BatchResult, Outcome, Result
-from idemp.strategies.base import Job, StoreError, Strategy, Ticket, Verdict
+from idemp.strategies.base import BatchSession, Job, StoreError, Strategy, Ticket, Verdict
 
 # The module, never the ``idemp.stats`` *function* that ``idemp/__init__`` re-exports
 # under the same name (which one ``from idemp import stats`` finds depends on import order).
 _stats = importlib.import_module("idemp.stats")
+_log = logging.getLogger("idemp.pipeline")
 
 __all__ = [
     "AsyncIdempotentListener",
@@ -214,12 +215,18 @@ class _Core:
 
     # -- steps ------------------------------------------------------------------------
     def prepare(self, message: Message) -> Job | Result:
+        job = self.job_of(message)
+        return self.missing(message, job) if isinstance(job, str) else job
+
+    def job_of(self, message: Message) -> Job | str:
+        """The message's job, or why it has no usable key (no side effect: the batch
+        driver reads every key of a batch before it runs any)."""
         found = self.extractor.extract(message)
         if isinstance(found, Missing):
-            return self.missing(message, found.reason)
+            return found.reason
         bad = unusable(found)
         if bad is not None:
-            return self.missing(message, bad)
+            return bad
         fp = fingerprint_of(message, self.fingerprinter) if self.fingerprint else None
         return Job(self.namespace.of(message), found, message, fp)
 
@@ -278,13 +285,17 @@ class _Core:
         prepared = self.prepare(message)
         if isinstance(prepared, Result):
             return prepared
-        job = prepared
+        return (yield from self.job_steps(prepared, self.strategy))
+
+    def job_steps(self, job: Job, store: Strategy | BatchSession) -> Generator[Step, Any, Result]:
+        """The protocol for one prepared job on the strategy, or on a batch session."""
+        message = job.message
         strategy = self.strategy
         attempt = 0
         while True:
             attempt += 1
             try:
-                ticket = yield _Do(strategy.begin, (job,))
+                ticket = yield _Do(store.begin, (job,))
             except StoreError as exc:
                 return self.store_error(message, job, exc)
             if not ticket.verdict.runs:
@@ -293,7 +304,7 @@ class _Core:
                 value = yield from self.handler_steps(message, ticket, attempt)
                 ok = ack_of(value)
             except BaseException as exc:
-                yield _Do(self.abort, (ticket, exc))
+                yield _Do(self.abort, (ticket, exc, store))
                 if _fatal(exc) or isinstance(exc, asyncio.CancelledError):
                     raise
                 if strategy.retry_on and isinstance(exc, strategy.retry_on):
@@ -301,8 +312,8 @@ class _Core:
                         continue
                 return self.failed(ticket, exc)
             if not ok:
-                return (yield _Do(self.declined, (ticket, value)))
-            return (yield _Do(self.committed, (ticket, value)))
+                return (yield _Do(self.declined, (ticket, value, store)))
+            return (yield _Do(self.committed, (ticket, value, store)))
 
     def handler_steps(
         self, message: Message, ticket: Ticket, attempt: int
@@ -320,9 +331,11 @@ class _Core:
         yield _Do(guard.leave, (entered, value))
         return value
 
-    def abort(self, ticket: Ticket, error: BaseException | None) -> None:
+    def abort(
+        self, ticket: Ticket, error: BaseException | None, store: Strategy | BatchSession
+    ) -> None:
         try:
-            self.strategy.abort(ticket, error)
+            store.abort(ticket, error)
         except Exception as exc:  # the claim stays until its deadline; the redelivery waits
             _stats.incr(self.name, "store_errors")
             _stats.log_event(
@@ -343,11 +356,13 @@ class _Core:
             outcome, ticket.job.message, ticket.job, error=error, detail=type(error).__name__
         )
 
-    def committed(self, ticket: Ticket, value: Any) -> Result:
-        """After a successful handler: commit, and decide what a commit failure means."""
+    def committed(self, ticket: Ticket, value: Any, store: Strategy | BatchSession) -> Result:
+        """After a successful handler: commit, and decide what a commit failure means.
+        In a batch session the commit is final only at ``finish``: the batch driver
+        counts what it made stick."""
         job = ticket.job
         try:
-            self.strategy.commit(ticket)
+            store.commit(ticket)
         except StoreError as exc:
             if ticket.atomic:  # the handler's writes rolled back with the record
                 return self.done(
@@ -367,10 +382,17 @@ class _Core:
         takeover = ticket.verdict is Verdict.TAKEOVER
         if takeover:
             _stats.incr(self.name, "takeovers")
-        return self.done(Outcome.PROCESSED, job.message, job, value=value, takeover=takeover)
+        return self.done(
+            Outcome.PROCESSED,
+            job.message,
+            job,
+            value=value,
+            takeover=takeover,
+            count=store is self.strategy,
+        )
 
-    def declined(self, ticket: Ticket, value: Any) -> Result:
-        self.abort(ticket, None)
+    def declined(self, ticket: Ticket, value: Any, store: Strategy | BatchSession) -> Result:
+        self.abort(ticket, None, store)
         if consume_result_of(value) is ConsumeResult.DEAD_LETTER:
             job = ticket.job
             return self.done(
@@ -439,7 +461,10 @@ def _fatal(exc: BaseException) -> bool:
 
 def _drive(core: _Core, message: Message) -> Result:
     """Run ``core.steps`` synchronously: store calls and the handler in this thread."""
-    gen = core.steps(message)
+    return _run_steps(core, core.steps(message))
+
+
+def _run_steps(core: _Core, gen: Generator[Step, Any, Result]) -> Result:
     reply: Any = None
     error: BaseException | None = None
     fn = core.fn
@@ -496,10 +521,139 @@ class _Wrapped:
 
 
 class IdempotentListener(_Wrapped):
-    """A sync listener wrapped by ``@idempotent``: ``listener(message) -> Result``."""
+    """A sync listener wrapped by ``@idempotent``: ``listener(message) -> Result``; the
+    runners hand it their batches through ``consume_batch``."""
 
     def __call__(self, message: Message) -> Result:
         return _drive(self._core, message)
+
+    def consume_batch(
+        self,
+        messages: Sequence[Message],
+        *,
+        stop_on_failure: bool = False,
+        stopping: Callable[[], bool] | None = None,
+    ) -> list[Result | ConsumeResult]:
+        """A runner's batch: the handler runs once per message, as ``listener(message)``
+        would, but the store's work for the whole batch is one transaction (or one round
+        trip per step) where the strategy has a batch session (:meth:`Strategy.session`).
+        One result per message tried, in order; with ``stop_on_failure`` (orderly queues)
+        the list ends at the first message not acked, and once ``stopping()`` is true no
+        further message is started (the rest come back from the committed offset)."""
+        core = self._core
+        found: list[Job | str | Exception] = []
+        for message in messages:
+            try:
+                found.append(core.job_of(message))
+            except Exception as exc:  # a key function that raised: at its turn, as alone
+                found.append(exc)
+        session: BatchSession | None = None
+        if len(messages) > 1:
+            try:
+                session = core.strategy.session([j for j in found if isinstance(j, Job)])
+            except StoreError as exc:  # e.g. SQLite's write lock not had: one by one
+                _stats.log_event(logging.INFO, "batch_session_failed", exc=exc, listener=core.name)
+        if session is None:
+            return self._each(messages, found, core.strategy, stop_on_failure, stopping)
+        store = _Recording(session)
+        try:
+            out = self._each(messages, found, store, stop_on_failure, stopping)
+            return self._finish(store, out)
+        finally:
+            session.close()
+
+    def _each(
+        self,
+        messages: Sequence[Message],
+        found: list[Job | str | Exception],
+        store: Strategy | BatchSession,
+        stop_on_failure: bool,
+        stopping: Callable[[], bool] | None,
+    ) -> list[Result | ConsumeResult]:
+        core = self._core
+        out: list[Result | ConsumeResult] = []
+        for message, job in zip(messages, found):
+            if stopping is not None and stopping():
+                break
+            result: Result | ConsumeResult
+            try:
+                if isinstance(job, Exception):
+                    raise job
+                if isinstance(job, str):
+                    result = core.missing(message, job)
+                else:
+                    result = _run_steps(core, core.job_steps(job, store))
+            except Exception:  # what the runner does when a listener raises
+                _log.exception("listener raised on %s (reconsume later)", message.msg_id)
+                result = ConsumeResult.RECONSUME_LATER
+            out.append(result)
+            if stop_on_failure and consume_result_of(result) is not ConsumeResult.SUCCESS:
+                break
+        return out
+
+    def _finish(
+        self, store: _Recording, out: list[Result | ConsumeResult]
+    ) -> list[Result | ConsumeResult]:
+        """Make the batch stick; count what did. If it could not: atomic work is gone
+        (those messages come back), other effects stand (acked, commit errors)."""
+        core = self._core
+        try:
+            store.session.finish()
+        except StoreError as exc:
+            error: StoreError | None = exc
+        else:
+            error = None
+        processed = 0
+        lost_commits = 0
+        for i, result in enumerate(out):
+            if not isinstance(result, Result) or result.outcome is not Outcome.PROCESSED:
+                continue
+            ticket = store.committed.get(id(result.message))
+            if error is not None and ticket is not None and ticket.atomic:
+                job = ticket.job
+                out[i] = core.done(
+                    Outcome.STORE_ERROR, job.message, job, error=error, detail="batch commit failed"
+                )
+                continue
+            if error is not None:
+                lost_commits += 1
+            processed += 1
+        if processed:
+            _stats.incr(core.name, Outcome.PROCESSED.value, processed)
+        if lost_commits:
+            _stats.incr(core.name, "commit_errors", lost_commits)
+            _stats.log_event(
+                logging.ERROR,
+                "commit_failed",
+                exc=error,
+                listener=core.name,
+                detail=f"{lost_commits} effects applied; acked to avoid redoing them",
+            )
+        return out
+
+
+class _Recording(BatchSession):
+    """A batch session that remembers which ticket each committed message had."""
+
+    def __init__(self, session: BatchSession) -> None:
+        self.session = session
+        self.committed: dict[int, Ticket] = {}
+
+    def begin(self, job: Job) -> Ticket:
+        return self.session.begin(job)
+
+    def commit(self, ticket: Ticket) -> None:
+        self.session.commit(ticket)
+        self.committed[id(ticket.job.message)] = ticket
+
+    def abort(self, ticket: Ticket, error: BaseException | None) -> None:
+        self.session.abort(ticket, error)
+
+    def finish(self) -> None:
+        self.session.finish()
+
+    def close(self) -> None:
+        self.session.close()
 
 
 class AsyncIdempotentListener(_Wrapped):

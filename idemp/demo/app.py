@@ -109,7 +109,7 @@ class Consumers:
         threads: int = 4,
     ) -> None:
         from idemp.client import ClientSettings, ConsumeFrom, ConsumerSettings
-        from idemp.pipeline import guarded
+        from idemp.pipeline import IdempotentListener, guarded
         from idemp.runners import ConcurrentRunner, OrderlyRunner
 
         # The poison message fails on every delivery: its tracebacks would bury the
@@ -154,13 +154,29 @@ class Consumers:
                 name=name,
                 pass_context=True,
             )(apply)
+            assert isinstance(wrapped, IdempotentListener)  # apply is not async
+
+            def poisoned(messages: Any) -> int:
+                return sum(
+                    1 for m in messages if m.key is not None and m.key.startswith("order-poison")
+                )
 
             def consume(message: Message) -> Any:
-                if message.key is not None and message.key.startswith("order-poison"):
+                if poisoned([message]):
                     with self._lock:
                         self.poison_attempts += 1
                 return wrapped(message)
 
+            def consume_batch(messages: Any, **options: Any) -> Any:
+                # the runner's batch in one transaction (idemp.pipeline consume_batch)
+                results = wrapped.consume_batch(messages, **options)
+                tried = poisoned(messages[: len(results)])
+                if tried:
+                    with self._lock:
+                        self.poison_attempts += tried
+                return results
+
+            consume.consume_batch = consume_batch  # type: ignore[attr-defined]
             return consume
 
         # Short lock intervals so that queues of a killed process move on in seconds

@@ -439,8 +439,7 @@ def _exchange(
 
 
 def _observe(listener: Callable[[Any], Any], tally: Tally) -> Callable[[Any], Any]:
-    def observed(message: Any) -> Any:
-        result = listener(message)
+    def record(message: Any, result: Any) -> None:
         with tally.lock:
             tally.msg_ids.append(message.msg_id)
             outcome = getattr(getattr(result, "outcome", None), "value", "?")
@@ -450,8 +449,21 @@ def _observe(listener: Callable[[Any], Any], tally: Tally) -> Callable[[Any], An
                     tally.poison_last_reconsume, message.reconsume_times
                 )
                 tally.poison_last_seen = time.monotonic()
+
+    def observed(message: Any) -> Any:
+        result = listener(message)
+        record(message, result)
         return result
 
+    def observed_batch(messages: Any, **options: Any) -> Any:
+        # keeps the runner's batch path (one transaction per batch) through this wrapper
+        results = listener.consume_batch(messages, **options)  # type: ignore[attr-defined]
+        for message, result in zip(messages, results):
+            record(message, result)
+        return results
+
+    if hasattr(listener, "consume_batch"):
+        observed.consume_batch = observed_batch  # type: ignore[attr-defined]
     return observed
 
 

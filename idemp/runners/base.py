@@ -44,6 +44,15 @@ def is_async_listener(listener: Listener) -> bool:
 def _call_sync(
     listener: Listener, msgs: list[Message], stop_on_failure: bool, runner: RunnerBase
 ) -> list[ConsumeResult]:
+    batch = getattr(listener, "consume_batch", None)
+    if batch is not None and len(msgs) > 1:
+        # a decorated listener: one store transaction (or round trip) for the batch
+        try:
+            got = batch(msgs, stop_on_failure=stop_on_failure, stopping=lambda: runner.stopping)
+            return [consume_result_of(r) for r in got]
+        except Exception:  # nothing it made stick is lost: the batch comes back, deduped
+            log.exception("batch listener raised on %d messages (reconsume later)", len(msgs))
+            return [ConsumeResult.RECONSUME_LATER] * (1 if stop_on_failure else len(msgs))
     out: list[ConsumeResult] = []
     for m in msgs:
         if runner.stopping:  # shutting down: start nothing new; the rest come back

@@ -17,7 +17,9 @@ pipeline (``idemp.pipeline``), which owns the protocol, the handler call and the
   only) / roll back / unlock, so the redelivery can run.
 
 Plus, with working defaults: ``begin_many``/``commit_many``/``abort_many`` (override to
-claim a batch in one round trip), ``retry_on``/``max_attempts`` (the pipeline re-runs
+claim a batch in one round trip), ``session(jobs)`` (a :class:`BatchSession`: the
+runner's batch of per-message handlers in one transaction or one round trip per step),
+``retry_on``/``max_attempts`` (the pipeline re-runs
 ``begin`` + handler when the handler raises one of these, e.g. an optimistic version
 conflict) and ``classify(error)`` (map a strategy's own exception to an :class:`Outcome`:
 a lock wait timeout → IN_PROGRESS, an exhausted version conflict → DROPPED, …).
@@ -169,9 +171,45 @@ class Strategy(ABC):
         """Map one of this strategy's exceptions to an outcome; None → FAILED."""
         return None
 
+    def session(self, jobs: Sequence[Job]) -> BatchSession | None:
+        """A batch session for these jobs (a runner's batch, in message order), or None
+        when this strategy has none (the pipeline then runs them one by one)."""
+        return None
+
     def close(self) -> None:
         """Release connections/pools this strategy created (not those it was given)."""
         return None
+
+
+class BatchSession(ABC):
+    """A runner's batch of messages, each with its own handler call, on one strategy.
+
+    The pipeline calls ``begin``/``commit``/``abort`` per message in message order, as
+    on the strategy itself, then ``finish`` once (make the batch's work stick: one
+    commit, one round trip) and ``close`` always. Per-message semantics hold: a failed
+    handler's ``abort`` undoes only its own message (a savepoint, a release); a key seen
+    twice in one batch is decided after its first copy. Until ``finish`` returns nothing
+    committed is final: when it raises :class:`StoreError`, the atomic tickets' work is
+    gone (their messages come back) and the others' effects stand (acked, counted as
+    commit errors), exactly as a failed ``commit`` of one message.
+    """
+
+    @abstractmethod
+    def begin(self, job: Job) -> Ticket: ...
+
+    @abstractmethod
+    def commit(self, ticket: Ticket) -> None: ...
+
+    @abstractmethod
+    def abort(self, ticket: Ticket, error: BaseException | None) -> None: ...
+
+    @abstractmethod
+    def finish(self) -> None:
+        """Make every committed ticket's work stick; raise :class:`StoreError`."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Give back what the session holds; what ``finish`` did not make stick is undone."""
 
 
 class ClaimStrategy(Strategy):

@@ -42,6 +42,7 @@ from idemp.strategies._sql import install_sqlite_begin as _install_sqlite_begin
 from idemp.strategies.base import (
     CONSUMED,
     CONSUMING,
+    BatchSession,
     ClaimLost,
     ClaimStrategy,
     Job,
@@ -128,6 +129,12 @@ class UniqueKeyTable(ClaimStrategy):
         self._insert = self._insert_statement()
         if self.dialect in ("postgresql", "sqlite"):
             self._insert_returning = self._insert.returning(self.table.c.owner)
+            # many rows: executed with a list of parameter sets, which SQLAlchemy sends as
+            # one multi-row INSERT ("insertmanyvalues") from one compiled statement; a
+            # ``.values(rows)`` statement is compiled afresh every time (~5 ms for 8 rows)
+            self._insert_many = self._insert.returning(
+                self.table.c.namespace, self.table.c.business_key
+            )
         self._read, self._claim_one_trip = self._claim_statements()
         self._mark_consumed, self._release_mine = self._finish_statements()
         if create:
@@ -201,6 +208,9 @@ class UniqueKeyTable(ClaimStrategy):
             )
         )
         release = sa.delete(t).where(*mine, t.c.status == CONSUMING)
+        # a batch transaction's own claim row (written CONSUMED), dropped when its
+        # handler fails or never starts
+        self._drop_mine = sa.delete(t).where(*mine)
         return consumed, release
 
     def _insert_statement(self) -> Any:
@@ -416,14 +426,12 @@ class UniqueKeyTable(ClaimStrategy):
             return self._begin_transaction_many(jobs)
         if self.dialect not in ("postgresql", "sqlite") or len(jobs) < 2:
             return [self.begin(job) for job in jobs]
-        t = self.table
         now = _now_ms()
         tokens = [new_token() for _ in jobs]
         rows = [self._row(job, token, now, CONSUMING) for job, token in zip(jobs, tokens)]
-        stmt = self._insert.returning(t.c.namespace, t.c.business_key)
         try:
             with self._auto.begin() as conn:
-                inserted = {(ns, k) for ns, k in conn.execute(stmt.values(rows))}
+                inserted = {(ns, k) for ns, k in conn.execute(self._insert_many, rows)}
         except DBAPIError as exc:
             if _busy(exc):
                 return [
@@ -506,6 +514,15 @@ class UniqueKeyTable(ClaimStrategy):
             raise ClaimLost(
                 f"{len(tickets) - done} of {len(tickets)} claims were taken over before commit"
             )
+
+    def session(self, jobs: Sequence[Job]) -> BatchSession | None:
+        """Transactional: the batch in one transaction, a savepoint per message. Otherwise:
+        the batch's keys claimed in one INSERT, marked CONSUMED in one UPDATE at the end."""
+        if len(jobs) < 2:
+            return None
+        if self.transactional:
+            return _TransactionSession(self, jobs)
+        return _ClaimAheadSession(self, jobs)
 
     # -- inspection and housekeeping --------------------------------------------------
     def get(self, namespace: str, key: str) -> Record | None:
@@ -597,3 +614,179 @@ class _Shared:
 
     def __init__(self, conn: Connection) -> None:
         self.conn = conn
+
+
+class _TransactionSession(BatchSession):
+    """One transaction for a runner's batch: one commit (one fsync) per batch instead
+    of one per message. The batch's new keys are claimed in one multi-row INSERT (rows
+    written CONSUMED, invisible to others until the commit; a concurrent claimer of the
+    same key waits on the row and then finds a duplicate). Each message's handler and
+    state writes run inside a savepoint, so a failed handler undoes only its own work,
+    and its claim row is deleted. A second copy of a key reads the first copy's row in
+    the same transaction: a duplicate.
+
+    The savepoints are the driver's own statements, not SQLAlchemy's ``begin_nested``
+    (which compiles two statements per message: a third of a message's CPU on SQLite)."""
+
+    def __init__(self, strategy: UniqueKeyTable, jobs: Sequence[Job]) -> None:
+        self.strategy = strategy
+        conn: Connection | None = None
+        try:
+            conn = strategy.engine.connect()
+            conn.begin()
+            if strategy.dialect == "postgresql":
+                conn.exec_driver_sql(f"SET LOCAL lock_timeout = {strategy.lock_timeout_ms}")
+            elif strategy.dialect in ("mysql", "mariadb"):
+                seconds = max(1, strategy.lock_timeout_ms // 1000)
+                conn.exec_driver_sql(f"SET SESSION innodb_lock_wait_timeout = {seconds}")
+            self.cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+        except SQLAlchemyError as exc:
+            if conn is not None:
+                _close_quietly(conn)
+            raise StoreError(f"batch transaction failed to start: {exc}") from exc
+        self.conn = conn
+        self.done: set[tuple[str, str]] = set()
+        self.ahead: dict[int, Ticket] = self._claim_ahead(jobs)
+
+    def _sql(self, statement: str) -> None:
+        try:
+            self.cursor.execute(statement)
+        except Exception as exc:  # the driver's own error class: the batch is broken
+            raise StoreError(f"{statement} failed: {exc}") from exc
+
+    def _claim_ahead(self, jobs: Sequence[Job]) -> dict[int, Ticket]:
+        """The batch's distinct keys in one INSERT … ON CONFLICT DO NOTHING RETURNING
+        (PostgreSQL, SQLite), in a savepoint: a lock wait that times out (a key another
+        batch holds) undoes only this, and every key is then claimed at its turn."""
+        s = self.strategy
+        firsts: dict[tuple[str, str], Job] = {}
+        for job in jobs:
+            firsts.setdefault((job.namespace, stored_key(job.key)), job)
+        if s.dialect not in ("postgresql", "sqlite") or len(firsts) < 2:
+            return {}
+        now = _now_ms()
+        tokens = {ident: new_token() for ident in firsts}
+        rows = [s._row(job, tokens[ident], now, CONSUMED) for ident, job in firsts.items()]
+        self._sql("SAVEPOINT idemp_ahead")
+        try:
+            got = self.conn.execute(s._insert_many, rows).all()
+        except SQLAlchemyError:
+            self._sql("ROLLBACK TO SAVEPOINT idemp_ahead")
+            self._sql("RELEASE SAVEPOINT idemp_ahead")
+            return {}
+        self._sql("RELEASE SAVEPOINT idemp_ahead")
+        out: dict[int, Ticket] = {}
+        for ns, key in got:
+            job = firsts[(ns, key)]
+            token = tokens[(ns, key)]
+            out[id(job)] = Ticket(job, Verdict.RUN, token, self.conn, True, private=True)
+        return out
+
+    def begin(self, job: Job) -> Ticket:
+        self._sql("SAVEPOINT idemp_msg")
+        ticket = self.ahead.pop(id(job), None)
+        if ticket is not None:
+            return ticket
+        ident = (job.namespace, stored_key(job.key))
+        if ident in self.done:
+            self._sql("RELEASE SAVEPOINT idemp_msg")
+            return Ticket(job, Verdict.DUPLICATE, detail="repeated within the batch")
+        try:
+            ticket = self.strategy._claim_on(self.conn, job, CONSUMED)
+        except SQLAlchemyError as exc:
+            self._undo()
+            if isinstance(exc, DBAPIError) and _busy(exc):
+                return Ticket(job, Verdict.IN_PROGRESS, detail="lock wait timed out")
+            raise StoreError(f"claim failed: {exc}") from exc
+        if not ticket.verdict.runs:
+            self._sql("RELEASE SAVEPOINT idemp_msg")
+            return ticket
+        ticket.handle, ticket.atomic, ticket.private = self.conn, True, False
+        return ticket
+
+    def _undo(self) -> None:
+        self._sql("ROLLBACK TO SAVEPOINT idemp_msg")
+        self._sql("RELEASE SAVEPOINT idemp_msg")
+
+    def commit(self, ticket: Ticket) -> None:
+        self._sql("RELEASE SAVEPOINT idemp_msg")  # final only at finish()
+        self.done.add((ticket.job.namespace, stored_key(ticket.job.key)))
+
+    def abort(self, ticket: Ticket, error: BaseException | None) -> None:
+        self._undo()
+        if ticket.private:  # claimed ahead, before the savepoint: drop the row too
+            self._drop([ticket])
+
+    def _drop(self, tickets: Sequence[Ticket]) -> None:
+        params = [
+            {"ns": t.job.namespace, "key": stored_key(t.job.key), "me": t.token} for t in tickets
+        ]
+        try:
+            self.conn.execute(self.strategy._drop_mine, params)
+        except SQLAlchemyError as exc:
+            raise StoreError(f"release failed: {exc}") from exc
+
+    def finish(self) -> None:
+        unstarted = list(self.ahead.values())  # a stopping runner, an orderly failure
+        self.ahead.clear()
+        if unstarted:
+            self._drop(unstarted)
+        try:
+            self.conn.commit()
+        except SQLAlchemyError as exc:
+            raise StoreError(f"batch commit failed: {exc}") from exc
+
+    def close(self) -> None:
+        _close_quietly(self.conn)
+
+
+class _ClaimAheadSession(BatchSession):
+    """Autocommit mode: the batch's distinct keys claimed in one multi-row INSERT before
+    the first handler runs (each claim visible to other consumers at once, as a single
+    claim is), the successes marked CONSUMED in one UPDATE at the end. A failed handler
+    releases its own claim at once; claims of messages never started are released at
+    close. A second copy of a key whose first copy succeeded is a duplicate."""
+
+    def __init__(self, strategy: UniqueKeyTable, jobs: Sequence[Job]) -> None:
+        self.strategy = strategy
+        firsts: dict[tuple[str, str], Job] = {}
+        for job in jobs:
+            firsts.setdefault((job.namespace, job.key), job)
+        self.ahead: dict[int, Ticket] = {}
+        try:
+            tickets = strategy.begin_many(list(firsts.values()))
+        except StoreError:
+            tickets = []  # each message then claims on its own (and says what failed)
+        for ticket in tickets:
+            self.ahead[id(ticket.job)] = ticket
+        self.done: set[tuple[str, str]] = set()
+        self.pending: list[Ticket] = []
+
+    def begin(self, job: Job) -> Ticket:
+        ticket = self.ahead.pop(id(job), None)
+        if ticket is not None:
+            return ticket
+        if (job.namespace, job.key) in self.done:
+            return Ticket(job, Verdict.DUPLICATE, detail="repeated within the batch")
+        return self.strategy.begin(job)
+
+    def commit(self, ticket: Ticket) -> None:
+        self.pending.append(ticket)
+        self.done.add((ticket.job.namespace, ticket.job.key))
+
+    def abort(self, ticket: Ticket, error: BaseException | None) -> None:
+        self.strategy.abort(ticket, error)
+
+    def finish(self) -> None:
+        pending, self.pending = self.pending, []
+        if pending:
+            self.strategy.commit_many(pending)
+
+    def close(self) -> None:
+        unstarted = [t for t in self.ahead.values() if t.verdict.runs]
+        self.ahead.clear()
+        if unstarted:
+            try:
+                self.strategy.abort_many(unstarted, None)
+            except StoreError:
+                pass  # the claims stay until their deadline; the redeliveries wait that long
