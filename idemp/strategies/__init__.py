@@ -9,6 +9,8 @@ engine/client.
 from idemp.strategies.base import (
     CONSUMED,
     CONSUMING,
+    BatchSession,
+    ClaimAheadSession,
     ClaimLost,
     ClaimStrategy,
     Job,
@@ -27,6 +29,8 @@ from idemp.strategies.unique_key import UniqueKeyTable
 __all__ = [
     "CONSUMED",
     "CONSUMING",
+    "BatchSession",
+    "ClaimAheadSession",
     "ClaimLost",
     "ClaimStrategy",
     "DistributedLock",

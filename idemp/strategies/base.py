@@ -251,3 +251,57 @@ class ClaimLost(StoreError):
 
     A non-atomic handler's effect has happened anyway: the pipeline acks and reports it.
     """
+
+
+class ClaimAheadSession(BatchSession):
+    """For claim strategies whose claims stand alone (the autocommit unique-key table,
+    the Redis flag): the batch's distinct keys claimed in one ``begin_many`` (one
+    statement, one script call) before the first handler runs, each claim visible to
+    other consumers at once as a single claim is; the successes marked CONSUMED in one
+    ``commit_many`` at the end. A failed handler releases its own claim at once; claims
+    of messages never started are released at close. A second copy of a key whose first
+    copy succeeded is a duplicate."""
+
+    def __init__(self, strategy: ClaimStrategy, jobs: Sequence[Job]) -> None:
+        self.strategy = strategy
+        firsts: dict[tuple[str, str], Job] = {}
+        for job in jobs:
+            firsts.setdefault((job.namespace, job.key), job)
+        self.ahead: dict[int, Ticket] = {}
+        try:
+            tickets = strategy.begin_many(list(firsts.values()))
+        except StoreError:
+            tickets = []  # each message then claims on its own (and says what failed)
+        for ticket in tickets:
+            self.ahead[id(ticket.job)] = ticket
+        self.done: set[tuple[str, str]] = set()
+        self.pending: list[Ticket] = []
+
+    def begin(self, job: Job) -> Ticket:
+        ticket = self.ahead.pop(id(job), None)
+        if ticket is not None:
+            return ticket
+        if (job.namespace, job.key) in self.done:
+            return Ticket(job, Verdict.DUPLICATE, detail="repeated within the batch")
+        return self.strategy.begin(job)
+
+    def commit(self, ticket: Ticket) -> None:
+        self.pending.append(ticket)
+        self.done.add((ticket.job.namespace, ticket.job.key))
+
+    def abort(self, ticket: Ticket, error: BaseException | None) -> None:
+        self.strategy.abort(ticket, error)
+
+    def finish(self) -> None:
+        pending, self.pending = self.pending, []
+        if pending:
+            self.strategy.commit_many(pending)
+
+    def close(self) -> None:
+        unstarted = [t for t in self.ahead.values() if t.verdict.runs]
+        self.ahead.clear()
+        if unstarted:
+            try:
+                self.strategy.abort_many(unstarted, None)
+            except StoreError:
+                pass  # the claims stay until their deadline; the redeliveries wait that long

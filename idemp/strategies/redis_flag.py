@@ -23,6 +23,8 @@ from idemp.strategies._redis import Commands, LuaScript, connect, describe
 from idemp.strategies.base import (
     CONSUMED,
     CONSUMING,
+    BatchSession,
+    ClaimAheadSession,
     ClaimLost,
     ClaimStrategy,
     Job,
@@ -262,6 +264,10 @@ class RedisFlag(ClaimStrategy):
     def _names(self, jobs: Sequence[Job]) -> list[str]:
         prefix = self.prefix
         return [f"{prefix}:{{{job.namespace}:{job.key}}}" for job in jobs]
+
+    def session(self, jobs: Sequence[Job]) -> BatchSession | None:
+        """The batch's claims in one script call, its commits in one more."""
+        return ClaimAheadSession(self, jobs) if len(jobs) > 1 else None
 
     # -- commit / release -------------------------------------------------------------
     def commit(self, ticket: Ticket) -> None:

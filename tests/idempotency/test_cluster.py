@@ -336,3 +336,31 @@ def test_lock_fencing_token_refuses_a_stale_commit(make_lock: Any) -> None:
     assert (result.outcome, ack_of(result)) == (Outcome.FAILED, False)
     assert isinstance(result.error, LeaseLost)
     assert tokens["fresh"] > tokens["paused"]
+
+
+def test_a_runners_batch_spans_the_nodes(make_flag: Callable[..., RedisFlag]) -> None:
+    """consume_batch on the cluster: the batch's claims and commits go to every node in
+    one script call per node; a failure, a repeated key and a consumed key as alone."""
+    flag = make_flag()
+    applied: list[str] = []
+
+    @idempotent(key="keys", strategy=flag, namespace=NS)
+    def handle(message: Message) -> None:
+        if message.keys[0] == "k-5":
+            raise ValueError("k-5 fails")
+        applied.append(message.keys[0])
+
+    assert handle(msg("k-0")).outcome is Outcome.PROCESSED
+    keys = [f"k-{i}" for i in range(12)] + ["k-3"]
+    names = {node_of(flag.client, flag.record_key(NS, k)) for k in keys}
+    assert len(names) == 3  # the batch's records live on all three masters
+    results = handle.consume_batch([msg(k) for k in keys])
+
+    expected = [Outcome.DUPLICATE] + [Outcome.PROCESSED] * 11 + [Outcome.DUPLICATE]
+    expected[5] = Outcome.FAILED
+    assert [r.outcome for r in results] == expected
+    assert applied == [f"k-{i}" for i in range(12) if i != 5]  # k-0 before the batch
+    assert flag.get(NS, "k-5") is None
+    for k in ("k-1", "k-11", "k-3"):
+        record = flag.get(NS, k)
+        assert record is not None and record.status == CONSUMED
