@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import sys
 
-from benchmarks import broker, reconcile, runners, strategies
+from benchmarks import broker, endtoend, reconcile, runners, strategies
 
 SUITES = {
     "broker": broker.main,
     "runners": runners.main,
     "strategies": strategies.main,
+    "endtoend": endtoend.main,
     "reconcile": reconcile.main,
 }
 
