@@ -153,7 +153,13 @@ def _listener(row: str, urls: dict[str, str], tally: _Tally) -> tuple[Any, list[
         fn = idempotent(key=key, strategy=strategy, group=group)(joined if tx else own)
     elif row == "optimistic-pg":
         strategy = OptimisticVersion(db, table=f"ver_{suffix}", expected_version=lambda m: 0)
-        fn = idempotent(key=key, strategy=strategy, group=group)(joined)
+
+        def versioned(message: Message, ctx: Context) -> None:
+            # the version moves with the effect: a retry built against 0 is then stale
+            ctx.handle.insert()
+            joined(message, ctx)
+
+        fn = idempotent(key=key, strategy=strategy, group=group)(versioned)
     elif row == "pessimistic-pg":
         strategy = PessimisticRowLock(db, table=f"lock_{suffix}")
 

@@ -85,8 +85,10 @@ def busy(exc: BaseException) -> bool:
     code = getattr(exc.orig, "sqlstate", None) or getattr(exc.orig, "pgcode", None)
     return (
         code == "55P03"  # PostgreSQL lock_not_available (lock_timeout, NOWAIT)
+        or code == "40P01"  # PostgreSQL deadlock_detected: the other side goes on
         or "database is locked" in text  # SQLite busy timeout
         or "lock wait timeout" in text  # MySQL 1205
+        or "deadlock found" in text  # MySQL 1213
     )
 
 

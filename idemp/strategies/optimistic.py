@@ -20,6 +20,7 @@ committed by the pipeline after the handler returns. SQLite serializes writers
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -41,6 +42,8 @@ from idemp.strategies._sql import (
     store_failure,
 )
 from idemp.strategies.base import Job, StoreError, Strategy, Ticket, Verdict
+
+log = logging.getLogger("idemp.strategies.optimistic")
 
 
 class VersionConflict(RuntimeError):
@@ -142,6 +145,7 @@ class OptimisticVersion(Strategy):
         self.lock_timeout_ms = int(lock_timeout_s * 1000)
         t = self.table
         self._read = sa.select(t).where(t.c[id_column] == sa.bindparam("id"))
+        self._warned = False
 
     def __repr__(self) -> str:
         url = self.engine.url.render_as_string(hide_password=True)
@@ -187,6 +191,22 @@ class OptimisticVersion(Strategy):
         return Verdict.RUN, ""
 
     def commit(self, ticket: Ticket) -> None:
+        handle = ticket.handle
+        if (
+            self.expected_version is not None
+            and isinstance(handle, Versioned)
+            and handle.updates == 0
+            and not self._warned
+        ):
+            # Nothing else would say it: the version did not move, so a redelivery or a
+            # producer retry built against the same version runs the handler again.
+            self._warned = True
+            log.warning(
+                "%s: a handler committed without ctx.handle.update() or insert(): the "
+                "row's version did not move, so redeliveries of its messages will run "
+                "again (said once)",
+                self.table.name,
+            )
         commit_and_close(ticket.private)
 
     def abort(self, ticket: Ticket, error: BaseException | None) -> None:

@@ -472,9 +472,10 @@ class UniqueKeyTable(ClaimStrategy):
             return self._begin_transaction_many(jobs)
         if self.dialect not in ("postgresql", "sqlite") or len(jobs) < 2:
             return [self.begin(job) for job in jobs]
+        ordered = sorted(jobs, key=lambda j: (j.namespace, stored_key(j.key)))  # lock order
         try:
             with self._auto.begin() as conn:
-                token, inserted = self._insert_claims(conn, jobs, CONSUMING)
+                token, inserted = self._insert_claims(conn, ordered, CONSUMING)
         except DBAPIError as exc:
             if _busy(exc):
                 return [
@@ -715,7 +716,10 @@ class _TransactionSession(BatchSession):
             return {}
         self._sql("SAVEPOINT idemp_ahead")
         try:
-            token, got = s._insert_claims(self.conn, list(firsts.values()), CONSUMED)
+            # in key order: two batches claiming overlapping keys lock them in the same
+            # order, so they wait for each other instead of deadlocking
+            ordered = [firsts[ident] for ident in sorted(firsts)]
+            token, got = s._insert_claims(self.conn, ordered, CONSUMED)
         except SQLAlchemyError:
             self._sql("ROLLBACK TO SAVEPOINT idemp_ahead")
             self._sql("RELEASE SAVEPOINT idemp_ahead")

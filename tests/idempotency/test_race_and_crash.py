@@ -61,6 +61,7 @@ def run_race(
     processes: int = PROCESSES,
     threads: int = THREADS,
     keys: int = KEYS,
+    batch: int = 1,
 ) -> tuple[dict[str, int], dict[str, int]]:
     """``processes`` × ``threads`` deliver the same ``keys`` at once (``spec``'s strategy,
     built in each worker process) → (effects per key in the business table, outcome
@@ -68,7 +69,7 @@ def run_race(
     effects = Effects(spec, pg_url)  # creates the business table up front
     build(spec).close()  # and the dedup table, so the workers do not race to create it
     procs = [
-        _spawn(["race", json.dumps(spec), pg_url, str(threads), str(keys), str(p)])
+        _spawn(["race", json.dumps(spec), pg_url, str(threads), str(keys), str(p), str(batch)])
         for p in range(processes)
     ]
     try:
@@ -111,6 +112,24 @@ def test_race_every_effect_exactly_once(kind: str, make_spec: Any, postgres_serv
     )
     # Only "reconsume later" answers may come on top (the lock or claim was busy).
     assert {k: v for k, v in totals.items() if k != "IN_PROGRESS"} == expected
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["pg", "pg_tx", "sqlite_tx", "redis"])
+def test_race_on_the_batch_path(kind: str, make_spec: Any, postgres_server: Any):
+    """The same race through ``consume_batch`` (batches of 16, each thread's keys in its
+    own order): batches of different processes claim overlapping keys at once."""
+    spec = make_spec(kind, lock_timeout_s=2.0)
+    keys = 400
+    counts, totals = run_race(spec, postgres_server.url, keys=keys, batch=16)
+
+    assert len(counts) == keys
+    assert set(counts.values()) == {1}
+    acked = PROCESSES * THREADS * keys
+    assert {k: v for k, v in totals.items() if k != "IN_PROGRESS"} == {
+        "PROCESSED": keys,
+        "DUPLICATE": acked - keys,
+    }
 
 
 @pytest.mark.parametrize("kind", ["redis", "pg", "sqlite", "pg_tx", "sqlite_tx"])

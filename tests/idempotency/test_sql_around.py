@@ -397,3 +397,22 @@ def test_built_from_url_or_engine(sql_url: Any, made: list[Strategy]) -> None:
         assert strategy.table.name == table
     assert "password" not in repr(made[0])
     engine.dispose()
+
+
+def test_a_handler_that_never_moves_the_version_is_reported(
+    sql_url: Callable[[str], str], made: list[Strategy], caplog: pytest.LogCaptureFixture
+) -> None:
+    """With expected_version, dedup rests on the handler moving the version; one that
+    writes only through ctx.connection commits, and the retry runs again: said once."""
+    s = OptimisticVersion(sql_url("sqlite"), table=_table(), expected_version=lambda m: 0)
+    made.append(s)
+
+    @idempotent(key="keys", strategy=s, namespace="ns")
+    def handle(message: Message, ctx: Context) -> None:
+        return None  # no ctx.handle.update()/insert()
+
+    with caplog.at_level(logging.WARNING, logger="idemp.strategies.optimistic"):
+        outcomes = [handle(msg("o-1", 0)).outcome for _ in range(3)]
+    assert outcomes == [Outcome.PROCESSED] * 3  # the retries ran again
+    warned = [r for r in caplog.records if "without ctx.handle.update() or insert()" in r.message]
+    assert len(warned) == 1

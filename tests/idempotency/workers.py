@@ -1,12 +1,13 @@
 """Worker processes for the race and crash tests.
 
-    python -m tests.idempotency.workers race  SPEC_JSON PG_URL THREADS KEYS SEED
+    python -m tests.idempotency.workers race  SPEC_JSON PG_URL THREADS KEYS SEED [BATCH]
     python -m tests.idempotency.workers crash SPEC_JSON PG_URL KEY
 
 ``race``: builds the strategy, prints ``ready``, waits for ``go`` on stdin (so every
 process starts at once), then THREADS threads each deliver all KEYS business keys in
 their own shuffled order; a delivery answered "reconsume later" is delivered again later,
-as the broker would. Prints one JSON line of outcome counts.
+as the broker would; with BATCH > 1 each thread hands the listener BATCH deliveries at a
+time (``consume_batch``, the runners' batch path). Prints one JSON line of outcome counts.
 
 ``crash``: delivers KEY once with a handler that (in transactional mode) writes its effect
 and then prints ``claimed`` and blocks forever: the test SIGKILLs it inside the window
@@ -33,7 +34,9 @@ NS = "race-group/Orders"
 MAX_ROUNDS = 2000  # per key and thread: a bound, far above what contention needs
 
 
-def race(spec: dict[str, Any], pg_url: str, threads: int, keys: int, seed: int) -> None:
+def race(
+    spec: dict[str, Any], pg_url: str, threads: int, keys: int, seed: int, batch: int = 1
+) -> None:
     strategy = build(spec)
     effects = Effects(spec, pg_url, worker=str(os.getpid()))
 
@@ -70,13 +73,20 @@ def race(spec: dict[str, Any], pg_url: str, threads: int, keys: int, seed: int) 
         local: collections.Counter[str] = collections.Counter()
         try:
             while pending:
-                key, rounds = pending.popleft()
-                result = handle(Message("Orders", b"{}", keys=(key,), msg_id=f"{key}-{n}-{rounds}"))
-                local[result.outcome.name] += 1
-                if not ack_of(result):
-                    if rounds >= MAX_ROUNDS:
-                        raise RuntimeError(f"{key} never acked: {result.outcome}")
-                    pending.append((key, rounds + 1))
+                taken = [pending.popleft() for _ in range(min(batch, len(pending)))]
+                msgs = [
+                    Message("Orders", b"{}", keys=(key,), msg_id=f"{key}-{n}-{rounds}")
+                    for key, rounds in taken
+                ]
+                # batch > 1: the runners' batch path (one session per batch)
+                results = handle.consume_batch(msgs) if batch > 1 else [handle(msgs[0])]
+                assert len(results) == len(taken)
+                for (key, rounds), result in zip(taken, results):
+                    local[result.outcome.name] += 1
+                    if not ack_of(result):
+                        if rounds >= MAX_ROUNDS:
+                            raise RuntimeError(f"{key} never acked: {result.outcome}")
+                        pending.append((key, rounds + 1))
         except Exception as exc:  # reported to the test, which fails
             errors.append(repr(exc))
         with lock:
@@ -113,7 +123,8 @@ if __name__ == "__main__":
     command, spec_json, pg = sys.argv[1], sys.argv[2], sys.argv[3]
     spec = json.loads(spec_json)
     if command == "race":
-        race(spec, pg, int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6]))
+        batch = int(sys.argv[7]) if len(sys.argv) > 7 else 1
+        race(spec, pg, int(sys.argv[4]), int(sys.argv[5]), int(sys.argv[6]), batch)
     elif command == "crash":
         crash(spec, pg, sys.argv[4])
     else:
