@@ -391,16 +391,26 @@ class UniqueKeyTable(ClaimStrategy):
         except SQLAlchemyError as exc:
             raise StoreError(f"claim failed: {exc}") from exc
 
-    def _begin_transaction(self, job: Job) -> Ticket:
-        conn: Connection | None = None
+    def _open_transaction(self) -> Connection:
+        """A connection in a transaction whose row-lock waits are bounded by
+        ``lock_timeout_s`` (closed again if that fails)."""
+        conn = self.engine.connect()
         try:
-            conn = self.engine.connect()
             conn.begin()
             if self.dialect == "postgresql":
                 conn.exec_driver_sql(f"SET LOCAL lock_timeout = {self.lock_timeout_ms}")
             elif self.dialect in ("mysql", "mariadb"):
                 seconds = max(1, self.lock_timeout_ms // 1000)
                 conn.exec_driver_sql(f"SET SESSION innodb_lock_wait_timeout = {seconds}")
+        except BaseException:
+            _close_quietly(conn)
+            raise
+        return conn
+
+    def _begin_transaction(self, job: Job) -> Ticket:
+        conn: Connection | None = None
+        try:
+            conn = self._open_transaction()
             ticket = self._claim_on(conn, job, CONSUMED)
         except DBAPIError as exc:
             if conn is not None:
@@ -494,10 +504,7 @@ class UniqueKeyTable(ClaimStrategy):
         """Transactional batch: every claim and the handler's writes in one transaction."""
         conn: Connection | None = None
         try:
-            conn = self.engine.connect()
-            conn.begin()
-            if self.dialect == "postgresql":
-                conn.exec_driver_sql(f"SET LOCAL lock_timeout = {self.lock_timeout_ms}")
+            conn = self._open_transaction()
             tickets = [self._claim_on(conn, job, CONSUMED) for job in jobs]
         except DBAPIError as exc:
             if conn is not None:
@@ -674,20 +681,11 @@ class _TransactionSession(BatchSession):
 
     def __init__(self, strategy: UniqueKeyTable, jobs: Sequence[Job]) -> None:
         self.strategy = strategy
-        conn: Connection | None = None
         try:
-            conn = strategy.engine.connect()
-            conn.begin()
-            if strategy.dialect == "postgresql":
-                conn.exec_driver_sql(f"SET LOCAL lock_timeout = {strategy.lock_timeout_ms}")
-            elif strategy.dialect in ("mysql", "mariadb"):
-                seconds = max(1, strategy.lock_timeout_ms // 1000)
-                conn.exec_driver_sql(f"SET SESSION innodb_lock_wait_timeout = {seconds}")
-            self.cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+            conn = strategy._open_transaction()
         except SQLAlchemyError as exc:
-            if conn is not None:
-                _close_quietly(conn)
             raise StoreError(f"batch transaction failed to start: {exc}") from exc
+        self.cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
         self.conn = conn
         self.done: set[tuple[str, str]] = set()
         # A message's savepoint is released when the next one begins, in the same round
