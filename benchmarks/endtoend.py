@@ -99,8 +99,9 @@ def _effects_table(name: str) -> Any:
     )
 
 
-def _listener(row: str, urls: dict[str, str], tally: _Tally) -> tuple[Any, list[Any]]:
-    """The row's listener (forwarding consume_batch when it has one) and what to close."""
+def _listener(row: str, urls: dict[str, str], tally: _Tally) -> tuple[Any, Any, Any, list[Any]]:
+    """The row's listener (forwarding consume_batch when it has one), the effects' engine
+    and table, and the strategies and stores to close."""
     import sqlalchemy as sa
 
     from idemp import Context, Message, guarded, idempotent
@@ -124,7 +125,7 @@ def _listener(row: str, urls: dict[str, str], tally: _Tally) -> tuple[Any, list[
     engine = make_engine(db, 5.0, 8)
     table.metadata.create_all(engine)
     insert = table.insert()
-    closing: list[Any] = [engine]
+    closing: list[Any] = []
 
     def own(message: Message) -> None:  # the effect on its own connection
         with engine.begin() as conn:
@@ -208,8 +209,7 @@ def _listener(row: str, urls: dict[str, str], tally: _Tally) -> tuple[Any, list[
             return results
 
         counted.consume_batch = counted_batch  # type: ignore[attr-defined]
-    closing.append(("effects", engine, table))
-    return counted, closing
+    return counted, engine, table, closing
 
 
 def _effects_ok(engine: Any, table: Any, keys: int, ceiling: bool) -> str:
@@ -232,7 +232,7 @@ def _child_idemp(row: str, namesrv: str, count: int, batch: int, urls: dict[str,
     from idemp.runners import ConcurrentRunner
 
     tally = _Tally(count)
-    listener, closing = _listener(row, urls, tally)
+    listener, engine, table, closing = _listener(row, urls, tally)
     settings = ConsumerSettings(
         group=f"bench-{row}",
         consume_from=ConsumeFrom.FIRST_OFFSET,
@@ -244,10 +244,10 @@ def _child_idemp(row: str, namesrv: str, count: int, batch: int, urls: dict[str,
     runner.start()
     ok = tally.done.wait(1800)
     runner.shutdown()
-    _, engine, table = closing.pop()
     verdict = _effects_ok(engine, table, _keys(count), row.startswith("ceiling"))
     for thing in closing:
-        (thing.dispose if hasattr(thing, "dispose") else thing.close)()
+        thing.close()
+    engine.dispose()
     _report(tally, ok, verdict)
     return 0
 
