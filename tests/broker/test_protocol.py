@@ -591,8 +591,11 @@ def test_lock_held_by_another_is_taken_over_once_expired(
     """rocketmq.broker.rebalance.lockMaxLiveTime, shortened to 300 ms."""
     expiry = make_broker(rebalanceLockMaxLiveTime=300)
     with RawClient(expiry.broker_addr) as c:
-        assert _lock(c, "X", [0]) == [0]
+        # taken before the request: the broker stamps the lock when it serves it, after
+        # this and before the reply arrives (timed from the reply, the expiry could look
+        # 2 ms early). CLOCK_MONOTONIC is one clock for both processes.
         t_locked = time.monotonic()
+        assert _lock(c, "X", [0]) == [0]
         deadline = t_locked + 5.0
         while _lock(c, "Y", [0]) != [0]:
             assert time.monotonic() < deadline, "an expired lock was never taken over"
