@@ -22,7 +22,7 @@ PYTEST_ARGS ?=
 PYTEST      ?= $(BIN)/pytest -q $(PYTEST_ARGS)
 RUFF_PATHS  := idemp adapters tests conftest.py docs/build_api.py benchmarks fuzz examples chaos interop docker/check_compose.py setup.py
 
-.PHONY: help venv test lint api check-java demo bench clean fuzz chaos soak interop
+.PHONY: help venv v5-venv test lint api check-java demo bench clean fuzz chaos soak interop
 
 help:
 	@echo "make demo    run the main job on embedded defaults"
@@ -35,6 +35,7 @@ help:
 	@echo "make interop the Java client and mqadmin of REALRMQ_HOME (RocketMQ 4.9.7) against idemp's broker"
 	@echo "make soak    30 minutes steady: RSS, fds and p99 latency must stay flat"
 	@echo "make venv    (re)build .venv if pyproject.toml/setup.py changed"
+	@echo "make v5-venv the official RocketMQ 5 client's own venv (.cache/v5-venv) for tests/v5"
 	@echo "make clean   remove .venv and every cache"
 
 # The venv is rebuilt (incrementally) whenever the packaging files change.
@@ -83,7 +84,19 @@ lint: $(STAMP) $(COMPOSE_STAMP)
 	for f in $(COMPOSE_FILES); do $(COMPOSE_VENV)/bin/docker-compose -f $$f config -q; done
 	$(BIN)/python docker/check_compose.py $(COMPOSE_FILES)
 
-test: $(STAMP) check-java lint $(JDBC_STAMP)
+# RocketMQ 5's official Python client, in a venv of its own (tests/v5 drive it in child
+# processes): it and the 4.x wheel both install a top-level module `rocketmq`.
+V5_VENV  := .cache/v5-venv
+V5_STAMP := $(V5_VENV)/.installed
+$(V5_STAMP): tests/v5/requirements.txt
+	rm -rf $(V5_VENV)
+	$(PYTHON) -m venv $(V5_VENV)
+	$(V5_VENV)/bin/python -m pip install -q --disable-pip-version-check -r tests/v5/requirements.txt
+	touch $@
+
+v5-venv: $(V5_STAMP)
+
+test: $(STAMP) check-java lint $(JDBC_STAMP) $(V5_STAMP)
 	$(PYTEST)
 
 # JDBC drivers for `idemp reconcile --records jdbc:…` and its test: Debian's PostgreSQL

@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict
 from typing import TYPE_CHECKING
 
 from idemp.remoting import RemotingCommand, RequestCode, ResponseCode, jsonlenient
 from idemp.remoting.codes import DEFAULT_TOPIC, SYSTEM_TOPICS, Perm
 
-from .metadata import TopicConfig, group_from_json, topic_error
+from .metadata import (
+    TopicConfig,
+    group_from_json,
+    group_json,
+    parse_attributes,
+    topic_error,
+    topic_json,
+)
 
 if TYPE_CHECKING:
     from .context import Broker, Handler, Peer
@@ -126,6 +132,10 @@ def create_topic(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingCo
     read, write = cmd.field_int("readQueueNums"), cmd.field_int("writeQueueNums")
     if read <= 0 or write <= 0 or read > 1024 or write > 1024:
         return cmd.response(ResponseCode.SYSTEM_ERROR, "queue numbers must be within 1..1024")
+    try:
+        attributes = parse_attributes(cmd.ext_fields.get("attributes") or "")
+    except ValueError as exc:
+        return cmd.response(ResponseCode.SYSTEM_ERROR, str(exc))
     server.store.topics.put(
         TopicConfig(
             topic,
@@ -135,6 +145,7 @@ def create_topic(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingCo
             cmd.ext_fields.get("topicFilterType", "SINGLE_TAG"),
             cmd.field_int("topicSysFlag", 0),
             cmd.field_bool("order"),
+            attributes,
         )
     )
     return cmd.response(ResponseCode.SUCCESS)
@@ -145,7 +156,7 @@ def all_topics(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingComm
     topics = server.store.topics
     body = {
         "dataVersion": {"counter": topics.version},
-        "topicConfigTable": {k: asdict(v) for k, v in topics.topics.items()},
+        "topicConfigTable": {k: topic_json(v) for k, v in topics.topics.items()},
     }
     return cmd.response(ResponseCode.SUCCESS, body=json.dumps(body).encode())
 
@@ -163,5 +174,6 @@ def create_group(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingCo
 
 def all_groups(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingCommand:
     assert server.store is not None
-    body = {"subscriptionGroupTable": {k: asdict(v) for k, v in server.store.groups.groups.items()}}
+    groups = server.store.groups.groups
+    body = {"subscriptionGroupTable": {k: group_json(v) for k, v in groups.items()}}
     return cmd.response(ResponseCode.SUCCESS, body=json.dumps(body).encode())

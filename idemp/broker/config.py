@@ -57,6 +57,10 @@ class BrokerConfig:
     # (RocketMQ: $ROCKETMQ_HOME/conf/plain_acl.yml, system property rocketmq.acl.plain.file).
     aclEnable: bool = False
     aclPlainFile: str = ""
+    # RocketMQ 5's gRPC endpoint (the proxy's grpcServerPort): 0 picks a free port, -1
+    # turns it off. Unset, it follows listenPort: a broker on a free port (listenPort=0,
+    # as tests start it) takes a free gRPC port too, instead of colliding on 8081.
+    grpcServerPort: int = 8081
     unknown: dict[str, str] = field(default_factory=dict)
 
     # --- derived values ---------------------------------------------------------
@@ -154,6 +158,8 @@ def load_config(path: str | Path | None, overrides: dict[str, str] | None = None
         values.update(read_properties(text))
     values.update(overrides or {})
     cfg = cfg.with_overrides(values)
+    if "grpcServerPort" not in values and cfg.listenPort == 0:
+        cfg.grpcServerPort = 0
     validate(cfg)
     return cfg
 
@@ -167,6 +173,8 @@ def validate(cfg: BrokerConfig) -> None:
         port = getattr(cfg, key)
         if not 0 <= port <= 65535:
             raise ConfigError(f"{key}: {port} is not a TCP port")
+    if not -1 <= cfg.grpcServerPort <= 65535:
+        raise ConfigError(f"grpcServerPort: {cfg.grpcServerPort} is not a TCP port (or -1: off)")
     if cfg.defaultTopicQueueNums <= 0:
         raise ConfigError("defaultTopicQueueNums must be positive")
     if cfg.maxMessageSize <= 0:

@@ -25,6 +25,7 @@ FLAG_KEYS = {
     "cluster": "brokerClusterName",
     "flush_disk_type": "flushDiskType",
     "bind": "bindAddress",
+    "grpc_port": "grpcServerPort",
 }
 
 
@@ -40,6 +41,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--flush-disk-type",
         choices=["SYNC_FLUSH", "ASYNC_FLUSH"],
         help="SYNC_FLUSH: fsync before SEND_OK (default ASYNC_FLUSH)",
+    )
+    p.add_argument(
+        "--grpc-port",
+        type=int,
+        help="RocketMQ 5 clients' gRPC port (default 8081, 0 a free one, -1 off)",
     )
     p.add_argument("--bind", help="address to listen on (default 127.0.0.1)")
     p.add_argument(
@@ -116,6 +122,7 @@ async def _serve(config: BrokerConfig) -> int:
     assert server.store is not None
     print(
         f"idemp broker ready namesrv={server.namesrv_addr} broker={server.broker_addr} "
+        f"grpc={server.grpc_addr or 'off'} "
         f"store={config.storePathRootDir} flush={config.flushDiskType} "
         f"recovered={server.store.recovered_messages}",
         flush=True,

@@ -8,7 +8,7 @@ can read or seed them the same way.
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +53,42 @@ class TopicConfig:
     topicFilterType: str = "SINGLE_TAG"
     topicSysFlag: int = 0
     order: bool = False
+    # RocketMQ 5's topic attributes (``mqadmin updateTopic -a +message.type=FIFO``);
+    # written out only when set, so a 4.x tool sees a 4.x topic config
+    attributes: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def message_type(self) -> str:
+        """NORMAL, FIFO, DELAY, TRANSACTION or MIXED (RocketMQ 5's default: NORMAL)."""
+        return self.attributes.get(MESSAGE_TYPE_ATTRIBUTE, "NORMAL").upper()
+
+
+MESSAGE_TYPE_ATTRIBUTE = "message.type"
+MESSAGE_TYPES = ("NORMAL", "FIFO", "DELAY", "TRANSACTION", "MIXED")
+
+
+def topic_json(cfg: TopicConfig) -> dict[str, Any]:
+    out = asdict(cfg)
+    if not out["attributes"]:
+        del out["attributes"]
+    return out
+
+
+def parse_attributes(text: str) -> dict[str, str]:
+    """RocketMQ 5's ``+key=value,+key2=value2`` (``AttributeParser``); ``-key`` deletes,
+    which for a new or replaced topic config means leaving it out."""
+    out: dict[str, str] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        if item.startswith("-"):
+            out.pop(item[1:], None)
+            continue
+        key, sep, value = item.lstrip("+").partition("=")
+        if not item.startswith("+") or not sep or not key:
+            raise ValueError(f"attribute {item!r} is not +key=value or -key")
+        if key == MESSAGE_TYPE_ATTRIBUTE and value.upper() not in MESSAGE_TYPES:
+            raise ValueError(f"message.type {value!r} is not one of {', '.join(MESSAGE_TYPES)}")
+        out[key] = value
+    return out
 
 
 class TopicTable:
@@ -129,7 +165,7 @@ class TopicTable:
             self.path,
             {
                 "dataVersion": {"counter": self.version},
-                "topicConfigTable": {k: asdict(v) for k, v in self.topics.items()},
+                "topicConfigTable": {k: topic_json(v) for k, v in self.topics.items()},
             },
         )
 
@@ -145,6 +181,16 @@ class SubscriptionGroupConfig:
     brokerId: int = 0
     whichBrokerWhenConsumeSlowly: int = 1
     notifyConsumerIdsChangedEnable: bool = True
+    # RocketMQ 5: a FIFO group for POP consumers (``updateSubGroup -o true``); written
+    # out only when set
+    consumeMessageOrderly: bool = False
+
+
+def group_json(cfg: SubscriptionGroupConfig) -> dict[str, Any]:
+    out = asdict(cfg)
+    if not out["consumeMessageOrderly"]:
+        del out["consumeMessageOrderly"]
+    return out
 
 
 class GroupTable:
@@ -170,7 +216,8 @@ class GroupTable:
 
     def persist(self) -> None:
         write_json(
-            self.path, {"subscriptionGroupTable": {k: asdict(v) for k, v in self.groups.items()}}
+            self.path,
+            {"subscriptionGroupTable": {k: group_json(v) for k, v in self.groups.items()}},
         )
 
 

@@ -74,6 +74,7 @@ class BrokerProcess:
         self.proc: subprocess.Popen[str] | None = None
         self.namesrv_port = 0
         self.broker_port = 0
+        self.grpc_port = 0
         self.ready_line = ""
 
     @property
@@ -92,6 +93,8 @@ class BrokerProcess:
             props["listenPort"] = str(self.broker_port)
         if self.namesrv_port:
             props["namesrvAddr"] = self.namesrv_addr
+        if self.grpc_port:
+            props["grpcServerPort"] = str(self.grpc_port)
         cmd = [sys.executable, "-m", "idemp", "broker", "--log-level", "INFO"]
         for key, value in props.items():
             cmd += ["-p", f"{key}={value}"]
@@ -126,7 +129,14 @@ class BrokerProcess:
         )
         self.namesrv_port = int(fields["namesrv"].rsplit(":", 1)[1])
         self.broker_port = int(fields["broker"].rsplit(":", 1)[1])
+        if fields.get("grpc", "off") != "off":
+            self.grpc_port = int(fields["grpc"].rsplit(":", 1)[1])
         return self
+
+    @property
+    def grpc_addr(self) -> str:
+        """Where RocketMQ 5 clients connect (the proxy's endpoint)."""
+        return f"127.0.0.1:{self.grpc_port}"
 
     def _log_tail(self) -> str:
         try:

@@ -13,6 +13,7 @@ import inspect
 import itertools
 import logging
 import time
+from typing import Any
 
 from idemp.remoting import (
     FrameDecoder,
@@ -33,6 +34,7 @@ from .kvconfig import NamesrvState
 from .locks import LockManager
 from .longpoll import PullHoldService
 from .store import MessageStore
+from .timer import TimerService
 
 log = logging.getLogger("idemp.broker")
 
@@ -223,6 +225,8 @@ class BrokerServer:
         self.acl: PlainAcl | None = None
         self.config_version = 0
         self.boot_ms = int(time.time() * 1000)
+        self.grpc_addr = ""
+        self.grpc: Any = None  # v5.endpoint.GrpcEndpoint once started
 
     # --- life cycle ----------------------------------------------------------------
     async def start(self) -> None:
@@ -282,15 +286,27 @@ class BrokerServer:
         self.namesrv_addr = f"{ns_host}:{ns.sockets[0].getsockname()[1]}"
         self.servers = [broker, ns]
         self.scheduler = schedule.ScheduleService(self)
+        self.timer = TimerService(self)
         self.transactions = transaction.TransactionCheckService(self)
         self._tasks = [
             loop.create_task(self._housekeeping()),
             loop.create_task(self.scheduler.run()),
+            loop.create_task(self.timer.run()),
             loop.create_task(self.transactions.run()),
             loop.create_task(self._sample_stats()),
         ]
         if not self.config.sync_flush:
             self._tasks.append(loop.create_task(self._async_flush()))
+        if self.config.grpcServerPort >= 0:
+            from .v5.endpoint import GrpcEndpoint
+
+            self.grpc = GrpcEndpoint(self)
+            try:
+                port = await self.grpc.start(bind, self.config.grpcServerPort)
+            except BaseException:
+                await self.stop()
+                raise
+            self.grpc_addr = f"{self.config.brokerIP1}:{port}"
         if self.acl is not None:
             watch = AclFileWatch(self.acl, lambda acl: setattr(self, "acl", acl))
             self._tasks.append(loop.create_task(watch.run()))
@@ -303,6 +319,9 @@ class BrokerServer:
                 self.store.stats.sample()
 
     async def stop(self) -> None:
+        if self.grpc is not None:
+            await self.grpc.stop()
+            self.grpc = None
         for srv in self.servers:
             srv.close()
         for task in self._tasks:

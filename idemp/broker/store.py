@@ -28,6 +28,10 @@ from .jsonfile import read_json, write_json
 from .metadata import GroupTable, OffsetTable, TopicTable
 
 DELETED_TOPICS = "deletedTopics.json"
+# RocketMQ 5's timer messages (a delivery time to the millisecond, not a delay level)
+# wait in this topic; its consume queue's tags code is the delivery time.
+TIMER_TOPIC = "rmq_sys_wheel_timer"
+TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
 log = logging.getLogger("idemp.broker.store")
 
 # RocketMQ scans at most 16000 bytes of consume queue (800 entries) per pull.
@@ -68,6 +72,14 @@ is_dispatched = is_visible
 
 
 ArrivalListener = Callable[[str, int, int, int], None]  # topic, queueId, max offset, tags code
+
+
+def _future_ms(text: str) -> bool:
+    """A delivery time still to come (one already past is delivered at once)."""
+    try:
+        return int(text) > time.time() * 1000
+    except ValueError:
+        return False
 
 
 class MessageStore:
@@ -139,6 +151,11 @@ class MessageStore:
             self._index(msg)
 
     def _tags_code(self, msg: MessageExt) -> int:
+        if msg.topic == TIMER_TOPIC:
+            try:
+                return int(msg.properties.get(TIMER_DELIVER_MS, "0"))
+            except ValueError:
+                return 0
         if msg.topic == SCHEDULE_TOPIC:
             level = min(int(msg.properties.get(Prop.DELAY, "1") or 1), len(self.delay_levels))
             return msg.store_timestamp + self.delay_levels[max(level, 1) - 1]
@@ -188,6 +205,17 @@ class MessageStore:
                 msg.topic = SCHEDULE_TOPIC
                 msg.queue_id = level - 1
                 keep_wait = True
+        elif (
+            apply_delay
+            and TIMER_DELIVER_MS in msg.properties
+            and tran in (MessageSysFlag.TRANSACTION_NOT_TYPE, MessageSysFlag.TRANSACTION_COMMIT)
+            and _future_ms(msg.properties[TIMER_DELIVER_MS])
+        ):
+            msg.properties[Prop.REAL_TOPIC] = msg.topic
+            msg.properties[Prop.REAL_QID] = str(msg.queue_id)
+            msg.topic = TIMER_TOPIC
+            msg.queue_id = 0
+            keep_wait = True
         if not keep_wait:
             msg.properties.pop(Prop.WAIT, None)
         began = time.monotonic()

@@ -1,0 +1,116 @@
+"""Timer messages: RocketMQ 5's delivery at a given millisecond (``TIMER_DELIVER_MS``).
+
+The store parks them in ``rmq_sys_wheel_timer`` with their real topic and queue in
+REAL_TOPIC/REAL_QID (as delay levels park in SCHEDULE_TOPIC_XXXX); this service keeps
+their delivery times in a heap and re-stores each under its real topic when due.
+Unlike a delay level's queue, the timer queue is not in delivery order, so progress is
+"everything below this offset is delivered" plus the delivered offsets above it; after a
+restart those above it may be delivered again (at least once, as RocketMQ's timer wheel).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import logging
+import time
+from typing import TYPE_CHECKING
+
+from idemp.remoting import MessageExt
+from idemp.remoting.codes import Prop
+
+from .store import TIMER_TOPIC
+
+if TYPE_CHECKING:
+    from .context import Broker
+
+log = logging.getLogger("idemp.broker.timer")
+STATE_FILE = "timerProgress.json"
+MAX_IDLE_WAIT_S = 5.0
+
+
+class TimerService:
+    def __init__(self, server: Broker) -> None:
+        self.server = server
+        store = server.store
+        assert store is not None
+        raw = store.load_state(STATE_FILE).get("done")
+        self.done = int(raw) if isinstance(raw, int) else 0
+        self.delivered: set[int] = set()
+        self.heap: list[tuple[int, int]] = []
+        cq = store.find_queue(TIMER_TOPIC, 0)
+        if cq is not None:
+            self.done = max(self.done, cq.min_offset)
+            for i in range(self.done, cq.max_offset):
+                heapq.heappush(self.heap, (cq.tags[i], i))
+        self._wake = asyncio.Event()
+        store.listeners.append(self._arrived)
+
+    def _arrived(self, topic: str, queue_id: int, max_offset: int, tags_code: int) -> None:
+        if topic == TIMER_TOPIC:
+            heapq.heappush(self.heap, (tags_code, max_offset - 1))
+            self._wake.set()
+
+    def deliver_due(self, now_ms: int) -> tuple[int, float]:
+        """Re-store every due message; return (count, seconds until the next one)."""
+        store = self.server.store
+        assert store is not None
+        cq = store.find_queue(TIMER_TOPIC, 0)
+        count = 0
+        while self.heap and self.heap[0][0] <= now_ms:
+            _, offset = heapq.heappop(self.heap)
+            if cq is not None and offset >= cq.min_offset:
+                msg = store.lookup(cq.phy[offset])
+                if msg is not None:
+                    self._restore(msg)
+                    count += 1
+            self.delivered.add(offset)
+        moved = self.done
+        while self.done in self.delivered:
+            self.delivered.discard(self.done)
+            self.done += 1
+        if self.done != moved:
+            store.save_state(STATE_FILE, {"done": self.done})
+        wait = (self.heap[0][0] - now_ms) / 1000 if self.heap else MAX_IDLE_WAIT_S
+        return count, min(wait, MAX_IDLE_WAIT_S)
+
+    def _restore(self, msg: MessageExt) -> None:
+        store = self.server.store
+        assert store is not None
+        real_topic = msg.properties.get(Prop.REAL_TOPIC)
+        if not real_topic:
+            log.warning("timer: message at %d has no REAL_TOPIC; dropped", msg.commit_log_offset)
+            return
+        try:
+            real_qid = int(msg.properties.get(Prop.REAL_QID, "0"))
+        except ValueError:
+            real_qid = 0
+        store.put(
+            MessageExt(
+                topic=real_topic,
+                queue_id=real_qid,
+                body=msg.body,
+                flag=msg.flag,
+                properties=dict(msg.properties),
+                sys_flag=msg.sys_flag,
+                born_timestamp=msg.born_timestamp,
+                born_host=msg.born_host,
+                reconsume_times=msg.reconsume_times,
+                prepared_transaction_offset=msg.prepared_transaction_offset,
+            ),
+            keep_wait=True,
+            apply_delay=False,
+        )
+
+    async def run(self) -> None:
+        store = self.server.store
+        assert store is not None
+        while True:
+            self._wake.clear()
+            count, wait = self.deliver_due(int(time.time() * 1000))
+            if count and self.server.config.sync_flush:
+                await store.wait_flushed(store.commitlog.end)
+            try:
+                await asyncio.wait_for(self._wake.wait(), timeout=max(wait, 0.001))
+            except TimeoutError:
+                pass

@@ -1,0 +1,527 @@
+"""POP consumption for RocketMQ 5 clients: per-message invisibility instead of queue ownership.
+
+A receive takes messages off a group's queues and makes them invisible for a while; each
+comes with a receipt handle. An ack ends it; a message still unacked when its invisible
+time runs out is handed out again with its delivery attempt raised. This follows RocketMQ
+5.3.3's broker (``PopMessageProcessor``, ``PopReviveService``, ``ConsumerOrderInfoManager``):
+
+- normal groups: a receive moves the group's offset at once (the offset mqadmin shows);
+  an expired message is revived into the retry topic ``%RETRY%<group>_<topic>`` with its
+  reconsume times + 1 (RocketMQ's POP retry topic, V1 naming) and received from there,
+  under its own topic name again;
+- FIFO groups (``consumeMessageOrderly``): a queue with unacked messages delivers nothing
+  else to that group until they are acked; an expired one comes back from its own queue,
+  first, after exactly its invisible time (RocketMQ blocks per queue, and a message group
+  always lands in one queue, so a group waits for its own previous message);
+- a message received for the ``max_attempts``-th time plus one goes to ``%DLQ%<group>``
+  instead of being delivered (the proxy's ``PopMessageResultFilterImpl``).
+
+The state is the broker's memory (RocketMQ keeps it in its revive topic): after a
+restart, messages that were invisible are delivered again from the committed offsets.
+Everything runs on the broker's event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from idemp.remoting.codes import Prop
+from idemp.remoting.message import MessageExt, decode_message
+
+from ..metadata import Perm, dlq_topic
+from ..store import MessageStore
+
+NORMAL_TOPIC = "0"
+RETRY_TOPIC = "1"
+FIRST_POP_TIME = "1ST_POP_TIME"
+DLQ_ORIGIN_TOPIC = "DLQ_ORIGIN_TOPIC"
+DLQ_ORIGIN_MESSAGE_ID = "DLQ_ORIGIN_MESSAGE_ID"
+
+
+def pop_retry_topic(group: str, topic: str) -> str:
+    """RocketMQ's POP retry topic (``KeyBuilder.buildPopRetryTopicV1``)."""
+    return f"%RETRY%{group}_{topic}"
+
+
+class HandleError(Exception):
+    """A receipt handle that cannot be used: the proxy answers INVALID_RECEIPT_HANDLE."""
+
+
+@dataclass(frozen=True, slots=True)
+class Receipt:
+    """A receipt handle, in RocketMQ's text form (``ReceiptHandle.encode``): start offset,
+    pop time, invisible time, revive queue, topic type, broker, queue, offset, log offset."""
+
+    start_offset: int
+    pop_time: int
+    invisible_ms: int
+    topic_type: str
+    broker: str
+    queue_id: int
+    offset: int
+    commit_log_offset: int
+
+    def encode(self) -> str:
+        return (
+            f"{self.start_offset} {self.pop_time} {self.invisible_ms} 0 {self.topic_type} "
+            f"{self.broker} {self.queue_id} {self.offset} {self.commit_log_offset}"
+        )
+
+    @property
+    def visible_at(self) -> int:
+        return self.pop_time + self.invisible_ms
+
+    @classmethod
+    def decode(cls, text: str) -> Receipt:
+        parts = text.split(" ")
+        if len(parts) < 8:
+            raise HandleError("receipt handle is invalid")
+        try:
+            return cls(
+                int(parts[0]),
+                int(parts[1]),
+                int(parts[2]),
+                parts[4],
+                parts[5],
+                int(parts[6]),
+                int(parts[7]),
+                int(parts[8]) if len(parts) > 8 else -1,
+            )
+        except ValueError:
+            raise HandleError("receipt handle is invalid") from None
+
+
+@dataclass(slots=True)
+class _InFlight:
+    receipt: Receipt
+    reconsume: int  # reconsume times of this delivery (attempt - 1)
+
+
+@dataclass(slots=True)
+class _Ordered:
+    """A FIFO group's progress on one queue."""
+
+    start: int  # the first offset not yet acked
+    inflight: dict[int, _InFlight] = field(default_factory=dict)
+    acked: set[int] = field(default_factory=set)
+    extra: dict[int, int] = field(default_factory=dict)  # offset -> deliveries that expired
+
+
+@dataclass(slots=True)
+class Popped:
+    message: MessageExt  # under the topic the client subscribed to
+    receipt: Receipt
+    attempt: int
+
+
+@dataclass(slots=True)
+class _GroupTopic:
+    next: dict[tuple[str, int], int] = field(default_factory=dict)  # (stored topic, qid)
+    inflight: dict[tuple[str, int, int], _InFlight] = field(default_factory=dict)
+    ordered: dict[int, _Ordered] = field(default_factory=dict)
+
+
+class PopService:
+    def __init__(self, store: MessageStore, broker_name: str) -> None:
+        self.store = store
+        self.broker_name = broker_name
+        self._state: dict[tuple[str, str], _GroupTopic] = {}
+        self._waiters: dict[str, set[asyncio.Future[None]]] = {}
+        self._retry_of: dict[str, str] = {}  # retry topic -> the topic it retries
+        self.dead_lettered = 0
+        store.listeners.append(self._arrived)
+
+    # --- waiting for messages ---------------------------------------------------------
+    def _arrived(self, topic: str, queue_id: int, max_offset: int, tags_code: int) -> None:
+        self.wake(self._retry_of.get(topic, topic))
+
+    def wake(self, topic: str) -> None:
+        for fut in self._waiters.pop(topic, ()):
+            if not fut.done():
+                fut.set_result(None)
+
+    async def wait(self, topic: str, timeout: float) -> None:
+        """Until a message arrives on ``topic`` (or its retries), an ack unblocks a FIFO
+        queue, or ``timeout`` seconds pass."""
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.setdefault(topic, set()).add(fut)
+        try:
+            await asyncio.wait_for(fut, timeout)
+        except TimeoutError:
+            pass
+        finally:
+            waiting = self._waiters.get(topic)
+            if waiting is not None:
+                waiting.discard(fut)
+
+    # --- receive ----------------------------------------------------------------------
+    def pop(
+        self,
+        group: str,
+        topic: str,
+        batch: int,
+        invisible_ms: int,
+        *,
+        fifo: bool,
+        accepts: Callable[[MessageExt], bool],
+        max_attempts: int,
+    ) -> list[Popped]:
+        now = int(time.time() * 1000)
+        state = self._state.setdefault((group, topic), _GroupTopic())
+        cfg = self.store.topics.get(topic)
+        if cfg is None:
+            return []
+        out: list[Popped] = []
+        if not fifo:
+            retry = pop_retry_topic(group, topic)
+            self._retry_of[retry] = topic
+            if self.store.topics.get(retry) is not None:
+                self._pop_queue(
+                    group,
+                    topic,
+                    retry,
+                    0,
+                    state,
+                    batch,
+                    invisible_ms,
+                    now,
+                    out,
+                    accepts,
+                    max_attempts,
+                )
+        for qid in range(cfg.readQueueNums):
+            if len(out) >= batch:
+                break
+            if fifo:
+                self._pop_ordered(
+                    group, topic, qid, state, batch, invisible_ms, now, out, accepts, max_attempts
+                )
+            else:
+                self._pop_queue(
+                    group,
+                    topic,
+                    topic,
+                    qid,
+                    state,
+                    batch,
+                    invisible_ms,
+                    now,
+                    out,
+                    accepts,
+                    max_attempts,
+                )
+        return out
+
+    def _start_offset(self, group: str, stored: str, qid: int) -> int:
+        committed = self.store.offsets.query(group, stored, qid)
+        if committed is not None and committed >= 0:
+            return max(committed, self.store.min_offset(stored, qid))
+        # ConsumeInitMode.MAX, except that a queue still holding its first message starts
+        # at it (RocketMQ's initPopOffsetByCheckMsgInMem): a new group sees what is there.
+        low = self.store.min_offset(stored, qid)
+        return low if low == 0 else self.store.max_offset(stored, qid)
+
+    def _read(self, stored: str, qid: int, offset: int) -> tuple[MessageExt | None, int]:
+        """The message at ``offset`` (None if it is filtered out of the queue) and the
+        next offset; (None, offset) at the queue's end."""
+        result = self.store.get_messages(stored, qid, offset, 1, None)
+        if not result.records:
+            return None, offset if result.next_begin_offset <= offset else result.next_begin_offset
+        msg, _ = decode_message(result.records[0], 0, decompress=False)
+        return msg, msg.queue_offset + 1
+
+    def _pop_queue(
+        self,
+        group: str,
+        topic: str,
+        stored: str,
+        qid: int,
+        state: _GroupTopic,
+        batch: int,
+        invisible_ms: int,
+        now: int,
+        out: list[Popped],
+        accepts: Callable[[MessageExt], bool],
+        max_attempts: int,
+    ) -> None:
+        key = (stored, qid)
+        offset = state.next.get(key)
+        if offset is None:
+            offset = self._start_offset(group, stored, qid)
+        start = offset
+        end = self.store.max_offset(stored, qid)
+        topic_type = RETRY_TOPIC if stored != topic else NORMAL_TOPIC
+        while len(out) < batch and offset < end:
+            msg, nxt = self._read(stored, qid, offset)
+            if msg is None:
+                if nxt == offset:
+                    break
+                offset = nxt
+                continue
+            offset = nxt
+            if not accepts(msg):
+                continue
+            if msg.reconsume_times >= max_attempts:
+                self._to_dlq(group, topic, msg)
+                continue
+            receipt = Receipt(
+                start,
+                now,
+                invisible_ms,
+                topic_type,
+                self.broker_name,
+                qid,
+                msg.queue_offset,
+                msg.commit_log_offset,
+            )
+            state.inflight[(stored, qid, msg.queue_offset)] = _InFlight(
+                receipt, msg.reconsume_times
+            )
+            msg.topic = topic
+            out.append(Popped(msg, receipt, msg.reconsume_times + 1))
+        state.next[key] = offset
+        if offset != start:
+            self.store.offsets.commit(group, stored, qid, offset)
+
+    def _pop_ordered(
+        self,
+        group: str,
+        topic: str,
+        qid: int,
+        state: _GroupTopic,
+        batch: int,
+        invisible_ms: int,
+        now: int,
+        out: list[Popped],
+        accepts: Callable[[MessageExt], bool],
+        max_attempts: int,
+    ) -> None:
+        order = state.ordered.get(qid)
+        if order is None:
+            order = state.ordered[qid] = _Ordered(self._start_offset(group, topic, qid))
+        if order.inflight:
+            if any(f.receipt.visible_at > now for f in order.inflight.values()):
+                return  # the queue's previous messages are still being consumed
+            for offset in order.inflight:
+                order.extra[offset] = order.extra.get(offset, 0) + 1
+            order.inflight.clear()
+        offset = order.start
+        start = offset
+        end = self.store.max_offset(topic, qid)
+        found: list[MessageExt] = []
+        while len(out) + len(found) < batch and offset < end:
+            if offset in order.acked:
+                offset += 1
+                continue
+            msg, nxt = self._read(topic, qid, offset)
+            if msg is None:
+                if nxt == offset:
+                    break
+                self._ack_ordered(group, topic, qid, order, range(offset, nxt))
+                offset = nxt
+                continue
+            offset = nxt
+            if not accepts(msg):
+                self._ack_ordered(group, topic, qid, order, [msg.queue_offset])
+                continue
+            found.append(msg)
+        # RocketMQ reports one count per queue for a FIFO receive: the fewest times any
+        # of its messages was handed out before (ConsumerOrderInfoManager.update), so a
+        # batch holding a first delivery is attempt 1 throughout
+        count = min((order.extra.get(m.queue_offset, 0) for m in found), default=0)
+        for msg in found:
+            reconsume = count if count > 0 else msg.reconsume_times
+            msg.reconsume_times = reconsume
+            if reconsume >= max_attempts:
+                self._to_dlq(group, topic, msg)
+                self._ack_ordered(group, topic, qid, order, [msg.queue_offset])
+                continue
+            receipt = Receipt(
+                start,
+                now,
+                invisible_ms,
+                NORMAL_TOPIC,
+                self.broker_name,
+                qid,
+                msg.queue_offset,
+                msg.commit_log_offset,
+            )
+            order.inflight[msg.queue_offset] = _InFlight(receipt, reconsume)
+            out.append(Popped(msg, receipt, reconsume + 1))
+
+    def _ack_ordered(
+        self, group: str, topic: str, qid: int, order: _Ordered, offsets: object
+    ) -> None:
+        for offset in offsets:  # type: ignore[attr-defined]
+            order.inflight.pop(offset, None)
+            order.extra.pop(offset, None)
+            order.acked.add(offset)
+        moved = order.start
+        while order.start in order.acked:
+            order.acked.discard(order.start)
+            order.start += 1
+        if order.start != moved:
+            self.store.offsets.commit(group, topic, qid, order.start)
+
+    # --- ack, change, dead letter -----------------------------------------------------
+    def _find(
+        self, group: str, topic: str, receipt: Receipt
+    ) -> tuple[_GroupTopic, tuple[str, int, int], _InFlight] | None:
+        """The delivery ``receipt`` stands for; None when its message is not invisible
+        (acked already, or never received). Raises HandleError when the message is
+        invisible under another handle (one ChangeInvisibleDuration replaced)."""
+        state = self._state.get((group, topic))
+        if state is None:
+            return None
+        stored = pop_retry_topic(group, topic) if receipt.topic_type == RETRY_TOPIC else topic
+        key = (stored, receipt.queue_id, receipt.offset)
+        order = state.ordered.get(receipt.queue_id) if stored == topic else None
+        held: _InFlight | None
+        if order is not None and receipt.offset in order.inflight:
+            held = order.inflight[receipt.offset]
+        else:
+            held = state.inflight.get(key)
+        if held is None:
+            return None
+        if held.receipt != receipt:
+            raise HandleError("INVALID_RECEIPT_HANDLE")
+        return state, key, held
+
+    def _check(self, text: str) -> Receipt:
+        receipt = Receipt.decode(text)
+        if receipt.visible_at <= int(time.time() * 1000):
+            raise HandleError("receipt handle is expired")
+        return receipt
+
+    def ack(self, group: str, topic: str, handle: str) -> None:
+        """Raises HandleError for an expired or malformed handle; acking a message that
+        is already acked (or was never received) is accepted, as RocketMQ's ack is."""
+        receipt = self._check(handle)
+        found = self._find(group, topic, receipt)
+        if found is None:
+            return
+        state, key, _ = found
+        order = state.ordered.get(receipt.queue_id) if key[0] == topic else None
+        if order is not None and receipt.offset in order.inflight:
+            self._ack_ordered(group, topic, receipt.queue_id, order, [receipt.offset])
+            self.wake(topic)
+        else:
+            state.inflight.pop(key, None)
+
+    def change_invisible(self, group: str, topic: str, handle: str, invisible_ms: int) -> Receipt:
+        """A new handle, invisible for ``invisible_ms`` from now; the old one is void. The
+        delivery attempt stays: what comes back after it is the next attempt."""
+        receipt = self._check(handle)
+        now = int(time.time() * 1000)
+        fresh = Receipt(
+            receipt.start_offset,
+            now,
+            invisible_ms,
+            receipt.topic_type,
+            receipt.broker,
+            receipt.queue_id,
+            receipt.offset,
+            receipt.commit_log_offset,
+        )
+        found = self._find(group, topic, receipt)
+        if found is None:
+            return fresh
+        state, key, held = found
+        order = state.ordered.get(receipt.queue_id) if key[0] == topic else None
+        if order is not None and receipt.offset in order.inflight:
+            order.inflight[receipt.offset] = _InFlight(fresh, held.reconsume)
+        else:
+            state.inflight[key] = _InFlight(fresh, held.reconsume)
+        return fresh
+
+    def forward_to_dlq(self, group: str, topic: str, handle: str) -> None:
+        receipt = self._check(handle)
+        msg = (
+            self.store.lookup(receipt.commit_log_offset) if receipt.commit_log_offset >= 0 else None
+        )
+        if msg is None:
+            raise HandleError("receipt handle is invalid")
+        self._to_dlq(group, topic, msg)
+        found = self._find(group, topic, receipt)
+        if found is not None:
+            self.ack(group, topic, handle)
+
+    def _to_dlq(self, group: str, topic: str, msg: MessageExt) -> None:
+        store = self.store
+        dlq = store.topics.create_system(dlq_topic(group), 1, Perm.READ | Perm.WRITE)
+        props = dict(msg.properties)
+        props[DLQ_ORIGIN_TOPIC] = topic
+        props[DLQ_ORIGIN_MESSAGE_ID] = msg.properties.get(Prop.UNIQ_KEY, msg.offset_msg_id)
+        props.setdefault(Prop.RETRY_TOPIC, topic)
+        props.pop(Prop.DELAY, None)
+        props[Prop.WAIT] = "false"
+        store.put(
+            MessageExt(
+                topic=dlq.topicName,
+                queue_id=0,
+                body=msg.body,
+                flag=msg.flag,
+                properties=props,
+                sys_flag=msg.sys_flag,
+                born_timestamp=msg.born_timestamp,
+                born_host=msg.born_host,
+                reconsume_times=msg.reconsume_times,
+            ),
+            keep_wait=True,
+            apply_delay=False,
+        )
+        self.dead_lettered += 1
+
+    # --- revive -----------------------------------------------------------------------
+    def revive(self) -> int:
+        """Hand out again what stayed invisible too long: normal groups through their
+        retry topic, FIFO queues from where they stand. Returns how many were revived."""
+        now = int(time.time() * 1000)
+        revived = 0
+        for (group, topic), state in self._state.items():
+            expired = [k for k, f in state.inflight.items() if f.receipt.visible_at <= now]
+            for key in expired:
+                held = state.inflight.pop(key)
+                msg = self.store.lookup(held.receipt.commit_log_offset)
+                if msg is None:
+                    continue
+                self._to_retry(group, topic, msg, held.reconsume + 1, now)
+                revived += 1
+            for order in state.ordered.values():
+                if order.inflight and all(
+                    f.receipt.visible_at <= now for f in order.inflight.values()
+                ):
+                    self.wake(topic)  # the queue is free again: a waiting receive takes it
+        return revived
+
+    def _to_retry(self, group: str, topic: str, msg: MessageExt, reconsume: int, now: int) -> None:
+        retry = pop_retry_topic(group, topic)
+        self._retry_of[retry] = topic
+        cfg = self.store.topics.create_system(retry, 1, Perm.READ | Perm.WRITE)
+        props = dict(msg.properties)
+        props.setdefault(Prop.RETRY_TOPIC, topic)
+        props.setdefault(FIRST_POP_TIME, str(now))
+        props.pop(Prop.DELAY, None)
+        props[Prop.WAIT] = "false"
+        self.store.put(
+            MessageExt(
+                topic=cfg.topicName,
+                queue_id=0,
+                body=msg.body,
+                flag=msg.flag,
+                properties=props,
+                sys_flag=msg.sys_flag,
+                born_timestamp=msg.born_timestamp,
+                born_host=msg.born_host,
+                reconsume_times=reconsume,
+            ),
+            keep_wait=True,
+            apply_delay=False,
+        )
+
+    def forget_group(self, group: str) -> None:
+        for key in [k for k in self._state if k[0] == group]:
+            del self._state[key]

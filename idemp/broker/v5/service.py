@@ -1,0 +1,690 @@
+"""``apache.rocketmq.v2.MessagingService`` on idemp's broker: what RocketMQ 5's proxy serves.
+
+Requests are answered as RocketMQ 5.3.3's proxy answers them (``proxy/.../grpc/v2``):
+errors are a ``Status`` inside the response with the proxy's code and words, never a
+broken call; RPCs idemp does not serve (PullMessage, UpdateOffset, GetOffset,
+QueryOffset, RecallMessage) get gRPC's UNIMPLEMENTED, as the proxy's generated base does.
+Everything runs on the broker's event loop, beside the remoting handlers, on one store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import grpc
+from google.protobuf.duration_pb2 import Duration
+
+from idemp.remoting.codes import TRANS_HALF_TOPIC, MessageSysFlag, Prop
+from idemp.remoting.message import MessageFormatError
+from idemp.remoting.msgid import offset_msg_id
+
+from ..metadata import Perm, topic_error
+from .convert import SYSTEM_KEYS, message_type_of, to_proto, to_stored
+from .pop import HandleError, PopService, Receipt
+from .schema import SERVICE, Code, pb, status
+
+if TYPE_CHECKING:
+    from ..context import Broker
+
+log = logging.getLogger("idemp.broker.v5")
+
+# ProxyConfig defaults of RocketMQ 5.3.3
+MIN_LONG_POLL_MS = 5_000
+MAX_LONG_POLL_MS = 20_000
+MIN_INVISIBLE_MS = 10_000
+MAX_INVISIBLE_MS = 12 * 3600 * 1000
+RECEIVE_BATCH = 32
+PRODUCER_MAX_ATTEMPTS = 3
+MAX_DELAY_MS = 40 * 24 * 3600 * 1000  # timerMaxDelaySec: 3 days... the proxy allows 40 d
+MESSAGE_GROUP_MAX = 64
+USER_PROPERTY_MAX_NUM = 128
+USER_PROPERTY_MAX_SIZE = 16 * 1024
+# the default CustomizedRetryPolicy of a group: 1s 5s 10s 30s 1m 2m ... 2h
+RETRY_NEXT_MS = [
+    1_000, 5_000, 10_000, 30_000, 60_000, 120_000, 180_000, 240_000, 300_000, 360_000,
+    420_000, 480_000, 540_000, 600_000, 1_200_000, 1_800_000, 3_600_000, 7_200_000,
+]  # fmt: skip
+
+
+class RequestError(Exception):
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+@dataclass
+class ClientState:
+    client_id: str
+    settings: Any = None
+    group: str = ""
+    kind: int = 0
+    telemetry: asyncio.Queue[Any] | None = None
+    topics: set[str] = field(default_factory=set)
+    last_seen: float = field(default_factory=time.monotonic)
+
+
+def _duration(ms: int) -> Duration:
+    return Duration(seconds=ms // 1000, nanos=(ms % 1000) * 1_000_000)
+
+
+def _ms(d: Any) -> int:
+    return int(d.seconds) * 1000 + int(d.nanos) // 1_000_000
+
+
+def java_hash(text: str) -> int:
+    """Java's ``String.hashCode`` (UTF-16 code units), as a signed 32-bit int."""
+    h = 0
+    data = text.encode("utf-16-be")
+    for i in range(0, len(data), 2):
+        h = (31 * h + (data[i] << 8 | data[i + 1])) & 0xFFFFFFFF
+    return h - (1 << 32) if h >= 1 << 31 else h
+
+
+def consistent_hash(value: int, buckets: int) -> int:
+    """Guava's ``Hashing.consistentHash``: the proxy puts a message group in this queue."""
+    state = value & 0xFFFFFFFFFFFFFFFF
+    candidate = 0
+    while True:
+        state = (2862933555777941757 * state + 1) & 0xFFFFFFFFFFFFFFFF
+        shifted = state >> 33  # 31 bits: Java's (int) of it stays positive
+        nxt = int((candidate + 1) / ((shifted + 1) / float(1 << 31)))
+        if 0 <= nxt < buckets:
+            candidate = nxt
+        else:
+            return candidate
+
+
+class MessagingService:
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        assert broker.store is not None
+        self.store = broker.store
+        self.pop = PopService(broker.store, broker.config.brokerName)
+        self.clients: dict[str, ClientState] = {}
+        self.endpoint: tuple[str, int] = (broker.config.brokerIP1, 0)
+        self._rr = random.randrange(1 << 16)
+
+    # --- plumbing ---------------------------------------------------------------------
+    def handler(self) -> grpc.GenericRpcHandler:
+        def unary(fn: Any, req: Any) -> grpc.RpcMethodHandler:
+            return grpc.unary_unary_rpc_method_handler(
+                fn, request_deserializer=req.FromString, response_serializer=_serialize
+            )
+
+        methods = {
+            "QueryRoute": unary(self.query_route, pb.QueryRouteRequest),
+            "Heartbeat": unary(self.heartbeat, pb.HeartbeatRequest),
+            "SendMessage": unary(self.send_message, pb.SendMessageRequest),
+            "QueryAssignment": unary(self.query_assignment, pb.QueryAssignmentRequest),
+            "ReceiveMessage": grpc.unary_stream_rpc_method_handler(
+                self.receive_message,
+                request_deserializer=pb.ReceiveMessageRequest.FromString,
+                response_serializer=_serialize,
+            ),
+            "AckMessage": unary(self.ack_message, pb.AckMessageRequest),
+            "ForwardMessageToDeadLetterQueue": unary(
+                self.forward_to_dlq, pb.ForwardMessageToDeadLetterQueueRequest
+            ),
+            "EndTransaction": unary(self.end_transaction, pb.EndTransactionRequest),
+            "Telemetry": grpc.stream_stream_rpc_method_handler(
+                self.telemetry,
+                request_deserializer=pb.TelemetryCommand.FromString,
+                response_serializer=_serialize,
+            ),
+            "NotifyClientTermination": unary(
+                self.notify_termination, pb.NotifyClientTerminationRequest
+            ),
+            "ChangeInvisibleDuration": unary(
+                self.change_invisible, pb.ChangeInvisibleDurationRequest
+            ),
+        }
+        return grpc.method_handlers_generic_handler(SERVICE, methods)
+
+    def _client(self, context: Any) -> ClientState:
+        meta = dict(context.invocation_metadata() or ())
+        client_id = meta.get("x-mq-client-id", "")
+        if not client_id:
+            raise RequestError(Code.CLIENT_ID_REQUIRED, "client id cannot be empty")
+        state = self.clients.get(client_id)
+        if state is None:
+            state = self.clients[client_id] = ClientState(client_id)
+        state.last_seen = time.monotonic()
+        return state
+
+    def _topic(self, resource: Any) -> Any:
+        name = resource.name
+        if not name:
+            raise RequestError(Code.ILLEGAL_TOPIC, "topic name cannot be empty")
+        err = topic_error(name)
+        if err:
+            raise RequestError(Code.ILLEGAL_TOPIC, f"topic name is illegal: {name}")
+        cfg = self.store.topics.get(name)
+        if cfg is None:
+            raise RequestError(Code.TOPIC_NOT_FOUND, f"topic not found: {name}")
+        return cfg
+
+    def _group(self, resource: Any) -> Any:
+        name = resource.name
+        if not name:
+            raise RequestError(Code.ILLEGAL_CONSUMER_GROUP, "consumer group cannot be empty")
+        if topic_error(name):
+            raise RequestError(Code.ILLEGAL_CONSUMER_GROUP, f"consumer group is illegal: {name}")
+        cfg = self.store.groups.find_or_create(name)
+        if cfg is None:
+            raise RequestError(Code.CONSUMER_GROUP_NOT_FOUND, f"consumer group not found: {name}")
+        return cfg
+
+    def _broker(self, endpoints: Any) -> Any:
+        addresses = list(endpoints.addresses) if endpoints is not None else []
+        if not addresses:
+            addresses = [pb.Address(host=self.endpoint[0], port=self.endpoint[1])]
+        return pb.Broker(
+            name=self.broker.config.brokerName,
+            id=0,
+            endpoints=pb.Endpoints(scheme=endpoints.scheme or pb.IPv4, addresses=addresses),
+        )
+
+    @staticmethod
+    def _permission(perm: int) -> int:
+        r, w = bool(perm & Perm.READ), bool(perm & Perm.WRITE)
+        return pb.READ_WRITE if r and w else pb.READ if r else pb.WRITE if w else pb.NONE
+
+    def _accepts(self, cfg: Any) -> list[int]:
+        kind = cfg.message_type
+        if kind == "MIXED":
+            return [pb.NORMAL, pb.FIFO, pb.DELAY, pb.TRANSACTION]
+        return [getattr(pb, kind, pb.MESSAGE_TYPE_UNSPECIFIED)]
+
+    # --- route ------------------------------------------------------------------------
+    async def query_route(self, request: Any, context: Any) -> Any:
+        try:
+            self._client(context)
+            cfg = self._topic(request.topic)
+        except RequestError as exc:
+            return pb.QueryRouteResponse(status=status(exc.code, exc.message))
+        perm = cfg.perm & self.broker.config.brokerPermission
+        broker = self._broker(request.endpoints)
+        accepts = self._accepts(cfg)
+        readable, writable = bool(perm & Perm.READ), bool(perm & Perm.WRITE)
+        rw = min(cfg.readQueueNums, cfg.writeQueueNums) if readable and writable else 0
+        r = cfg.readQueueNums - rw if readable else 0
+        w = cfg.writeQueueNums - rw if writable else 0
+        n = 0 if readable or writable else max(1, cfg.readQueueNums, cfg.writeQueueNums)
+        queues = []
+        qid = 0
+        for count, permission in ((r, pb.READ), (w, pb.WRITE), (rw, pb.READ_WRITE), (n, pb.NONE)):
+            for _ in range(count):
+                queues.append(
+                    pb.MessageQueue(
+                        topic=request.topic,
+                        id=qid,
+                        permission=permission,
+                        broker=broker,
+                        accept_message_types=accepts,
+                    )
+                )
+                qid += 1
+        return pb.QueryRouteResponse(status=status(Code.OK), message_queues=queues)
+
+    async def query_assignment(self, request: Any, context: Any) -> Any:
+        try:
+            self._client(context)
+            cfg = self._topic(request.topic)
+            gcfg = self._group(request.group)
+        except RequestError as exc:
+            return pb.QueryAssignmentResponse(status=status(exc.code, exc.message))
+        perm = cfg.perm & self.broker.config.brokerPermission
+        if not perm & Perm.READ or cfg.readQueueNums <= 0:
+            return pb.QueryAssignmentResponse(status=status(Code.FORBIDDEN, "no readable queue"))
+        broker = self._broker(request.endpoints)
+        permission = self._permission(perm)
+        ids = range(cfg.readQueueNums) if gcfg.consumeMessageOrderly else [-1]
+        assignments = [
+            pb.Assignment(
+                message_queue=pb.MessageQueue(
+                    topic=request.topic, id=i, permission=permission, broker=broker
+                )
+            )
+            for i in ids
+        ]
+        return pb.QueryAssignmentResponse(status=status(Code.OK), assignments=assignments)
+
+    # --- clients ----------------------------------------------------------------------
+    async def heartbeat(self, request: Any, context: Any) -> Any:
+        try:
+            client = self._client(context)
+        except RequestError as exc:
+            return pb.HeartbeatResponse(status=status(exc.code, exc.message))
+        if request.HasField("group") and request.group.name:
+            client.group = request.group.name
+        client.kind = request.client_type or client.kind
+        return pb.HeartbeatResponse(status=status(Code.OK))
+
+    async def notify_termination(self, request: Any, context: Any) -> Any:
+        try:
+            client = self._client(context)
+        except RequestError as exc:
+            return pb.NotifyClientTerminationResponse(status=status(exc.code, exc.message))
+        self.clients.pop(client.client_id, None)
+        return pb.NotifyClientTerminationResponse(status=status(Code.OK))
+
+    def merged_settings(self, client: ClientState, raw: Any) -> Any:
+        """The client's settings with the server's part filled in
+        (``GrpcClientSettingsManager``)."""
+        settings = pb.Settings()
+        settings.CopyFrom(raw)
+        if settings.HasField("publishing"):
+            policy = settings.backoff_policy
+            policy.max_attempts = PRODUCER_MAX_ATTEMPTS
+            policy.exponential_backoff.initial.CopyFrom(_duration(10))
+            policy.exponential_backoff.max.CopyFrom(_duration(1000))
+            policy.exponential_backoff.multiplier = 2.0
+            settings.publishing.validate_message_type = True
+            settings.publishing.max_body_size = self.broker.config.maxMessageSize
+        elif settings.HasField("subscription"):
+            group = settings.subscription.group.name
+            gcfg = self.store.groups.find_or_create(group) if group else None
+            sub = settings.subscription
+            sub.receive_batch_size = RECEIVE_BATCH
+            sub.long_polling_timeout.CopyFrom(_duration(MAX_LONG_POLL_MS))
+            sub.fifo = bool(gcfg and gcfg.consumeMessageOrderly)
+            retry_max = gcfg.retryMaxTimes if gcfg else 16
+            settings.backoff_policy.max_attempts = retry_max + 1
+            settings.backoff_policy.customized_backoff.next.extend(
+                _duration(ms) for ms in RETRY_NEXT_MS
+            )
+        settings.metric.on = False
+        return settings
+
+    async def telemetry(self, requests: AsyncIterator[Any], context: Any) -> AsyncIterator[Any]:
+        try:
+            client = self._client(context)
+        except RequestError as exc:
+            yield pb.TelemetryCommand(status=status(exc.code, exc.message))
+            return
+        queue: asyncio.Queue[Any] = asyncio.Queue()
+        client.telemetry = queue
+
+        async def read() -> None:
+            async for command in requests:
+                kind = command.WhichOneof("command")
+                if kind == "settings":
+                    client.settings = command.settings
+                    if command.settings.HasField("subscription"):
+                        client.group = command.settings.subscription.group.name
+                    elif command.settings.HasField("publishing"):
+                        client.topics = {t.name for t in command.settings.publishing.topics}
+                    merged = self.merged_settings(client, command.settings)
+                    await queue.put(pb.TelemetryCommand(status=status(Code.OK), settings=merged))
+                # thread stack traces and verify results are answers to commands idemp
+                # never sends; they are accepted and dropped
+            await queue.put(None)
+
+        reader = asyncio.get_running_loop().create_task(read())
+        try:
+            while True:
+                item = await queue.get()
+                if item is None:
+                    break
+                yield item
+        finally:
+            reader.cancel()
+            if client.telemetry is queue:
+                client.telemetry = None
+
+    # --- send -------------------------------------------------------------------------
+    async def send_message(self, request: Any, context: Any) -> Any:
+        try:
+            client = self._client(context)
+            if not request.messages:
+                raise RequestError(Code.BAD_REQUEST, "no message to send")
+            first_topic = request.messages[0].topic.name
+            if any(m.topic.name != first_topic for m in request.messages):
+                raise RequestError(Code.MESSAGE_CORRUPTED, "topic in message is not same")
+            cfg = self._topic(request.messages[0].topic)
+            perm = cfg.perm & self.broker.config.brokerPermission
+            if not perm & Perm.WRITE:
+                raise RequestError(Code.FORBIDDEN, f"topic {cfg.topicName} is not writable")
+            entries = []
+            queue_id = self._select_queue(cfg, request)
+            peer = _peer(context)
+            ends = []
+            for message in request.messages:
+                stored = self._validated(message, cfg, queue_id, peer)
+                entry, end = self._put(stored, message)
+                entries.append(entry)
+                ends.append(end)
+        except RequestError as exc:
+            return pb.SendMessageResponse(status=status(exc.code, exc.message))
+        del client
+        if self.broker.config.sync_flush and ends:
+            if not await self.store.wait_flushed(max(ends)):
+                flush_timeout = status(Code.MASTER_PERSISTENCE_TIMEOUT, "flush disk timeout")
+                for entry in entries:
+                    entry.status.CopyFrom(flush_timeout)
+                return pb.SendMessageResponse(status=flush_timeout, entries=entries)
+        return pb.SendMessageResponse(status=status(Code.OK), entries=entries)
+
+    def _select_queue(self, cfg: Any, request: Any) -> int:
+        writable = max(cfg.writeQueueNums, 1)
+        group = ""
+        if len(request.messages) == 1:
+            group = request.messages[0].system_properties.message_group
+        if group:
+            return consistent_hash(java_hash(group), writable)
+        self._rr += 1
+        return self._rr % writable
+
+    def _validated(self, message: Any, cfg: Any, queue_id: int, peer: tuple[str, int]) -> Any:
+        sysp = message.system_properties
+        limit = self.broker.config.maxMessageSize
+        if len(message.body) > limit:
+            raise RequestError(
+                Code.MESSAGE_BODY_TOO_LARGE, f"message body cannot exceed the max {limit}"
+            )
+        props = message.user_properties
+        if len(props) > USER_PROPERTY_MAX_NUM:
+            raise RequestError(
+                Code.MESSAGE_PROPERTIES_TOO_LARGE,
+                f"too many user properties, max is {USER_PROPERTY_MAX_NUM}",
+            )
+        size = 0
+        for key, value in props.items():
+            if key in SYSTEM_KEYS:
+                raise RequestError(
+                    Code.ILLEGAL_MESSAGE_PROPERTY_KEY, f"property is used by system: {key}"
+                )
+            if _has_control(key):
+                raise RequestError(
+                    Code.ILLEGAL_MESSAGE_PROPERTY_KEY,
+                    "the key of property cannot contain control character",
+                )
+            if _has_control(value):
+                raise RequestError(
+                    Code.ILLEGAL_MESSAGE_PROPERTY_KEY,
+                    "the value of property cannot contain control character",
+                )
+            size += len(key.encode()) + len(value.encode())
+        tag = sysp.tag
+        if sysp.HasField("tag") and (not tag.strip() or "|" in tag or _has_control(tag)):
+            raise RequestError(
+                Code.ILLEGAL_MESSAGE_TAG, "tag cannot be the char sequence of '||' or blank"
+            )
+        size += len(tag.encode())
+        for key in sysp.keys:
+            if not key.strip() or _has_control(key):
+                raise RequestError(
+                    Code.ILLEGAL_MESSAGE_KEY,
+                    "key cannot be the char sequence of blank or control character",
+                )
+            size += len(key.encode())
+        if size > USER_PROPERTY_MAX_SIZE:
+            raise RequestError(
+                Code.MESSAGE_PROPERTIES_TOO_LARGE,
+                f"the total size of user property is too large, max is {USER_PROPERTY_MAX_SIZE}",
+            )
+        if not sysp.message_id.strip():
+            raise RequestError(Code.ILLEGAL_MESSAGE_ID, "message id cannot be empty")
+        if sysp.HasField("message_group") and sysp.message_group:
+            group = sysp.message_group
+            if len(group) > MESSAGE_GROUP_MAX:
+                raise RequestError(
+                    Code.ILLEGAL_MESSAGE_GROUP,
+                    f"message group exceed the max length {MESSAGE_GROUP_MAX}",
+                )
+            if _has_control(group):
+                raise RequestError(
+                    Code.ILLEGAL_MESSAGE_GROUP, "message group cannot contain control character"
+                )
+        if sysp.HasField("delivery_timestamp"):
+            deliver = _ms(sysp.delivery_timestamp)
+            if deliver - int(time.time() * 1000) > MAX_DELAY_MS:
+                raise RequestError(
+                    Code.ILLEGAL_DELIVERY_TIME,
+                    f"the max delay time of message is too large, max is {MAX_DELAY_MS}",
+                )
+        stored = to_stored(message, queue_id, peer, cfg.topicName)
+        kind = cfg.message_type
+        got = message_type_of(stored.properties)
+        if kind != "MIXED" and got != kind:
+            raise RequestError(
+                Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+                f"topic message type not match, topic messageType: {kind}, "
+                f"message messageType: {got}",
+            )
+        return stored
+
+    def _put(self, stored: Any, message: Any) -> tuple[Any, int]:
+        msg_id = message.system_properties.message_id
+        transaction_id = ""
+        stored.properties[Prop.CLUSTER] = self.broker.config.brokerClusterName
+        keep_wait = False
+        if stored.properties.get(Prop.TRAN_MSG) == "true":
+            stored.properties[Prop.REAL_TOPIC] = stored.topic
+            stored.properties[Prop.REAL_QID] = str(stored.queue_id)
+            stored.sys_flag &= ~MessageSysFlag.TRANSACTION_MASK
+            stored.topic, stored.queue_id = TRANS_HALF_TOPIC, 0
+            keep_wait = True
+        try:
+            # a delivery time still to come parks it in the timer topic (the store does)
+            result = self.store.put(stored, keep_wait=keep_wait)
+        except MessageFormatError as exc:
+            raise RequestError(Code.MESSAGE_CORRUPTED, str(exc)) from None
+        if keep_wait:
+            transaction_id = offset_msg_id(self.store.store_host, result.commit_log_offset)
+        entry = pb.SendResultEntry(
+            status=status(Code.OK),
+            message_id=msg_id,
+            transaction_id=transaction_id,
+            offset=result.queue_offset,
+        )
+        return entry, result.end
+
+    async def end_transaction(self, request: Any, context: Any) -> Any:
+        try:
+            self._client(context)
+            cfg = self._topic(request.topic)
+            if not request.transaction_id:
+                raise RequestError(Code.INVALID_TRANSACTION_ID, "transaction id cannot be empty")
+            try:
+                phy = int(request.transaction_id[-16:], 16)
+            except ValueError:
+                raise RequestError(
+                    Code.INVALID_TRANSACTION_ID, "transaction id is invalid"
+                ) from None
+            half = self.store.lookup(phy)
+            if half is None or half.properties.get(Prop.UNIQ_KEY) != request.message_id:
+                raise RequestError(Code.INVALID_TRANSACTION_ID, "transaction id is invalid")
+            resolution = request.resolution
+            if resolution not in (pb.COMMIT, pb.ROLLBACK):
+                return pb.EndTransactionResponse(status=status(Code.OK))
+            error = self.broker.transactions.end(
+                cfg.topicName, half.queue_offset, phy, commit=resolution == pb.COMMIT
+            )
+            if error:
+                raise RequestError(Code.INTERNAL_SERVER_ERROR, error)
+        except RequestError as exc:
+            return pb.EndTransactionResponse(status=status(exc.code, exc.message))
+        return pb.EndTransactionResponse(status=status(Code.OK))
+
+    # --- receive ----------------------------------------------------------------------
+    async def receive_message(self, request: Any, context: Any) -> AsyncIterator[Any]:
+        try:
+            client = self._client(context)
+            settings = client.settings
+            remaining = context.time_remaining()
+            remaining_ms = int(remaining * 1000) if remaining is not None else MAX_LONG_POLL_MS * 2
+            if request.HasField("long_polling_timeout"):
+                polling = _ms(request.long_polling_timeout)
+            else:
+                timeout = _ms(settings.request_timeout) if settings is not None else 3000
+                polling = remaining_ms - timeout // 2
+            polling = max(MIN_LONG_POLL_MS, min(polling, MAX_LONG_POLL_MS))
+            if polling > remaining_ms:
+                if remaining_ms < MIN_LONG_POLL_MS:
+                    raise RequestError(
+                        Code.ILLEGAL_POLLING_TIME,
+                        "The deadline time remaining is not enough for polling, "
+                        "please check network condition",
+                    )
+                polling = remaining_ms
+            cfg = self._topic(request.message_queue.topic)
+            gcfg = self._group(request.group)
+            invisible = _ms(request.invisible_duration)
+            if request.auto_renew:
+                invisible = 60_000  # defaultInvisibleTimeMills; the proxy renews it
+            elif invisible < MIN_INVISIBLE_MS:
+                raise RequestError(
+                    Code.ILLEGAL_INVISIBLE_TIME,
+                    f"the invisibleTime is too small. min is {MIN_INVISIBLE_MS}",
+                )
+            elif invisible > MAX_INVISIBLE_MS:
+                raise RequestError(
+                    Code.ILLEGAL_INVISIBLE_TIME,
+                    f"the invisibleTime is too large. max is {MAX_INVISIBLE_MS}",
+                )
+            accepts = _filter(request.filter_expression)
+            max_attempts = (
+                settings.backoff_policy.max_attempts
+                if settings is not None and settings.backoff_policy.max_attempts > 0
+                else gcfg.retryMaxTimes + 1
+            )
+            fifo = gcfg.consumeMessageOrderly
+            batch = request.batch_size if request.batch_size > 0 else RECEIVE_BATCH
+        except RequestError as exc:
+            yield pb.ReceiveMessageResponse(status=status(exc.code, exc.message))
+            return
+        topic = cfg.topicName
+        deadline = time.monotonic() + polling / 1000
+        namespace = request.message_queue.topic.resource_namespace
+        while True:
+            popped = self.pop.pop(
+                gcfg.groupName,
+                topic,
+                batch,
+                invisible,
+                fifo=fifo,
+                accepts=accepts,
+                max_attempts=max_attempts,
+            )
+            if popped:
+                break
+            left = deadline - time.monotonic()
+            if left <= 0:
+                yield pb.ReceiveMessageResponse(
+                    status=status(Code.MESSAGE_NOT_FOUND, "no new message")
+                )
+                return
+            await self.pop.wait(topic, min(left, 1.0))
+        yield pb.ReceiveMessageResponse(status=status(Code.OK))
+        for item in popped:
+            yield pb.ReceiveMessageResponse(
+                message=to_proto(item.message, namespace, item.receipt.encode(), item.attempt)
+            )
+
+    async def ack_message(self, request: Any, context: Any) -> Any:
+        try:
+            self._client(context)
+            cfg = self._topic(request.topic)
+            gcfg = self._group(request.group)
+        except RequestError as exc:
+            return pb.AckMessageResponse(status=status(exc.code, exc.message))
+        results = []
+        for entry in request.entries:
+            try:
+                self.pop.ack(gcfg.groupName, cfg.topicName, entry.receipt_handle)
+                st = status(Code.OK)
+            except HandleError as exc:
+                st = status(Code.INVALID_RECEIPT_HANDLE, str(exc))
+            results.append(
+                pb.AckMessageResultEntry(
+                    message_id=entry.message_id, receipt_handle=entry.receipt_handle, status=st
+                )
+            )
+        # the proxy's setAckResponseStatus: one code for all entries, or MULTIPLE_RESULTS
+        codes = {r.status.code for r in results}
+        if len(codes) > 1:
+            overall = status(Code.MULTIPLE_RESULTS)
+        elif codes:
+            overall = status(codes.pop())
+        else:
+            overall = status(Code.INTERNAL_SERVER_ERROR, "ack message result is empty")
+        return pb.AckMessageResponse(status=overall, entries=results)
+
+    async def change_invisible(self, request: Any, context: Any) -> Any:
+        try:
+            self._client(context)
+            cfg = self._topic(request.topic)
+            gcfg = self._group(request.group)
+            invisible = _ms(request.invisible_duration)
+            if invisible < 0:
+                raise RequestError(Code.ILLEGAL_INVISIBLE_TIME, "the invisibleTime is too small")
+            if invisible > MAX_INVISIBLE_MS:
+                raise RequestError(
+                    Code.ILLEGAL_INVISIBLE_TIME,
+                    f"the invisibleTime is too large. max is {MAX_INVISIBLE_MS}",
+                )
+            try:
+                fresh = self.pop.change_invisible(
+                    gcfg.groupName, cfg.topicName, request.receipt_handle, invisible
+                )
+            except HandleError as exc:
+                raise RequestError(Code.INVALID_RECEIPT_HANDLE, str(exc)) from None
+        except RequestError as exc:
+            return pb.ChangeInvisibleDurationResponse(status=status(exc.code, exc.message))
+        return pb.ChangeInvisibleDurationResponse(
+            status=status(Code.OK), receipt_handle=fresh.encode()
+        )
+
+    async def forward_to_dlq(self, request: Any, context: Any) -> Any:
+        try:
+            self._client(context)
+            cfg = self._topic(request.topic)
+            gcfg = self._group(request.group)
+            try:
+                self.pop.forward_to_dlq(gcfg.groupName, cfg.topicName, request.receipt_handle)
+            except HandleError as exc:
+                raise RequestError(Code.INVALID_RECEIPT_HANDLE, str(exc)) from None
+        except RequestError as exc:
+            return pb.ForwardMessageToDeadLetterQueueResponse(status=status(exc.code, exc.message))
+        return pb.ForwardMessageToDeadLetterQueueResponse(status=status(Code.OK))
+
+
+def _serialize(message: Any) -> bytes:
+    return bytes(message.SerializeToString())
+
+
+def _peer(context: Any) -> tuple[str, int]:
+    peer = context.peer() or ""
+    # "ipv4:127.0.0.1:5555" or "ipv6:[::1]:5555"
+    _, _, rest = peer.partition(":")
+    host, _, port = rest.rpartition(":")
+    try:
+        return host.strip("[]") or "127.0.0.1", int(port)
+    except ValueError:
+        return "127.0.0.1", 0
+
+
+def _has_control(text: str) -> bool:
+    return any(ord(c) < 32 or 127 <= ord(c) < 160 for c in text)
+
+
+def _filter(expression: Any) -> Any:
+    """A TAG expression as a predicate over stored messages (SQL92 is not served)."""
+    if expression.type == pb.SQL:
+        raise RequestError(Code.ILLEGAL_FILTER_EXPRESSION, "SQL92 filtering is not supported")
+    text = (expression.expression or "*").strip()
+    if not text or text == "*":
+        return lambda msg: True
+    tags = {t.strip() for t in text.split("||") if t.strip()}
+    return lambda msg: msg.properties.get(Prop.TAGS) in tags
+
+
+__all__ = ["MessagingService", "Receipt"]

@@ -1,0 +1,123 @@
+"""FIFO: a message group's messages in order, one unacked message holding back its group.
+
+RocketMQ 5 keeps order per queue (a group's messages all go to one queue, chosen by
+hashing the group) and blocks the queue for a FIFO consumer group while a received
+message is neither acked nor expired. Measured on RocketMQ 5.3.3 (../shared/realrmq5).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from idemp.broker.v5.service import consistent_hash, java_hash
+from tests.broker.rawclient import RawClient
+
+from .conftest import Client5
+
+QUEUES = 4
+INVISIBLE_S = 10
+
+
+def _groups_in_distinct_queues(n: int) -> list[str]:
+    """Message group names that the proxy's hash puts in ``n`` different queues."""
+    out: dict[int, str] = {}
+    i = 0
+    while len(out) < n:
+        name = f"order-{i}"
+        out.setdefault(consistent_hash(java_hash(name), QUEUES), name)
+        i += 1
+    return list(out.values())
+
+
+def _fifo(admin: RawClient, client: Client5, names: Callable[[str], str]) -> tuple[str, str]:
+    topic, group = names("F"), names("GF")
+    assert admin.create_topic(topic, QUEUES, attributes="+message.type=FIFO").code == 0
+    assert admin.create_group(group, consumeMessageOrderly=True).code == 0
+    client.ok("producer", name="p", topics=[topic])
+    client.ok("simple", name="c", group=group, subs={topic: "*"}, **{"await": 5})
+    return topic, group
+
+
+def _receive(client: Client5, want: int, deadline_s: float) -> list[dict[str, Any]]:
+    got: list[dict[str, Any]] = []
+    deadline = time.monotonic() + deadline_s
+    while len(got) < want and time.monotonic() < deadline:
+        got += client.ok("receive", name="c", max=32, invisible=INVISIBLE_S)["messages"]
+    return got
+
+
+def test_group_order_and_an_unacked_message_blocks_only_its_group(
+    admin: RawClient, client5: Callable[[], Client5], names: Callable[[str], str]
+) -> None:
+    client = client5()
+    topic, _ = _fifo(admin, client, names)
+    g1, g2 = _groups_in_distinct_queues(2)
+    msgs = [
+        {"topic": topic, "body": f"{g}:{i}", "message_group": g} for i in range(3) for g in (g1, g2)
+    ]
+    client.ok("send", name="p", messages=msgs)
+    first = _receive(client, 6, 30)
+    assert [m["body"] for m in first if m["message_group"] == g1] == [f"{g1}:{i}" for i in range(3)]
+    assert [m["body"] for m in first if m["message_group"] == g2] == [f"{g2}:{i}" for i in range(3)]
+    assert all(m["delivery_attempt"] == 1 for m in first)
+    # g2 is acked, g1 is not: a new g2 message flows, g1's next one waits
+    for m in first:
+        if m["message_group"] == g2:
+            client.ok("ack", name="c", ref=m["ref"])
+    client.ok(
+        "send",
+        name="p",
+        messages=[
+            {"topic": topic, "body": f"{g1}:3", "message_group": g1},
+            {"topic": topic, "body": f"{g2}:3", "message_group": g2},
+        ],
+    )
+    second = _receive(client, 1, 30)
+    assert [m["body"] for m in second] == [f"{g2}:3"]
+    client.ok("ack", name="c", ref=second[0]["ref"])
+    # after its invisible time g1 comes back from its first unacked message, in order
+    again = _receive(client, 4, INVISIBLE_S + 15)
+    assert [m["body"] for m in again] == [f"{g1}:{i}" for i in range(4)]
+    # one count per queue: the batch holds g1:3's first delivery, so all say attempt 1
+    assert [m["delivery_attempt"] for m in again] == [1, 1, 1, 1]
+    blocked_since = min(m["at"] for m in first if m["message_group"] == g1)
+    assert min(m["at"] for m in again) - blocked_since >= INVISIBLE_S
+    for m in again:
+        client.ok("ack", name="c", ref=m["ref"])
+
+
+def test_a_batch_handed_out_again_counts_the_attempt(
+    admin: RawClient, client5: Callable[[], Client5], names: Callable[[str], str]
+) -> None:
+    client = client5()
+    topic, _ = _fifo(admin, client, names)
+    (g1,) = _groups_in_distinct_queues(1)
+    client.ok(
+        "send",
+        name="p",
+        messages=[{"topic": topic, "body": f"{g1}:{i}", "message_group": g1} for i in range(2)],
+    )
+    first = _receive(client, 2, 30)
+    assert [(m["body"], m["delivery_attempt"]) for m in first] == [(f"{g1}:0", 1), (f"{g1}:1", 1)]
+    again = _receive(client, 2, INVISIBLE_S + 15)
+    assert [(m["body"], m["delivery_attempt"]) for m in again] == [(f"{g1}:0", 2), (f"{g1}:1", 2)]
+    assert again[0]["at"] - first[0]["at"] >= INVISIBLE_S
+    client.ok("ack", name="c", ref=again[0]["ref"])
+    # the first acked, the second still invisible: nothing else of the group comes
+    client.ok("send", name="p", messages=[{"topic": topic, "body": f"{g1}:2", "message_group": g1}])
+    third = _receive(client, 2, INVISIBLE_S + 15)
+    assert [(m["body"], m["delivery_attempt"]) for m in third] == [(f"{g1}:1", 1), (f"{g1}:2", 1)]
+    assert third[0]["at"] - again[0]["at"] >= INVISIBLE_S
+
+
+def test_a_message_of_the_wrong_type_is_refused(
+    admin: RawClient, client5: Callable[[], Client5], names: Callable[[str], str]
+) -> None:
+    client = client5()
+    topic, _ = _fifo(admin, client, names)
+    # the client checks the route's accepted types itself before it sends anything
+    answer = client.call("send", name="p", messages=[{"topic": topic, "body": "no group"}])
+    assert (answer["ok"], answer["error"]) == (False, "IllegalArgumentException")
+    assert "message_type:NORMAL, queue access type:FIFO" in answer["message"]
