@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from idemp.remoting import MessageExt, RemotingCommand, RequestCode, ResponseCode, encode_message
@@ -80,6 +81,10 @@ class TransactionCheckService:
         if isinstance(raw, dict):
             self.check_times = {int(k): int(v) for k, v in raw.items() if int(k) in self.pending}
         store.listeners.append(self._arrived)
+        # Other ways to reach a producer of the half's group (RocketMQ 5 clients are asked
+        # over their Telemetry stream): each gets the half as checked and its transaction
+        # id, and says whether it reached one.
+        self.checkers: list[Callable[[MessageExt, str], bool]] = []
 
     def _arrived(self, topic: str, queue_id: int, max_offset: int, tags_code: int) -> None:
         if topic == TRANS_HALF_TOPIC:
@@ -199,10 +204,6 @@ class TransactionCheckService:
 
     def _send_check(self, half: MessageExt, times: int) -> None:
         group = half.properties.get(Prop.PGROUP, "")
-        channel = self.server.clients.producer_channel(group)
-        if channel is None:
-            log.info("transaction: no live producer of group %r to check %s", group, half.uniq_key)
-            return
         store = self.server.store
         assert store is not None
         view = MessageExt(
@@ -221,6 +222,12 @@ class TransactionCheckService:
             reconsume_times=half.reconsume_times,
         )
         uniq = half.uniq_key or ""
+        transaction_id = offset_msg_id(store.store_host, half.commit_log_offset)
+        channel = self.server.clients.producer_channel(group)
+        if channel is None:
+            if not any(check(view, transaction_id) for check in self.checkers):
+                log.info("transaction: no live producer of group %r to check %s", group, uniq)
+            return
         channel.channel.send_request_oneway(
             RequestCode.CHECK_TRANSACTION_STATE,
             {

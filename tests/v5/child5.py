@@ -63,6 +63,7 @@ def describe(m: Any, keep: bool) -> dict[str, Any]:
         "delivery_attempt": m.delivery_attempt,
         "delivery_timestamp": m.delivery_timestamp,
         "at": time.monotonic(),
+        "wall": time.time(),
     }
     if keep:
         next_ref[0] += 1
@@ -183,7 +184,7 @@ def run(cmd: dict[str, Any]) -> dict[str, Any]:
         clients[cmd["name"]] = c
         return {}
     if op == "wait_push":
-        deadline = time.monotonic() + cmd["timeout"]
+        deadline = time.monotonic() + cmd["within"]
         with pushed_cond:
             while len(pushed.get(cmd["name"], [])) < cmd["count"]:
                 left = deadline - time.monotonic()
@@ -195,6 +196,13 @@ def run(cmd: dict[str, Any]) -> dict[str, Any]:
         clients.pop(cmd["name"]).shutdown()
         return {}
     raise ValueError(f"unknown op {op!r}")
+
+
+def _code(exc: Exception) -> Any:
+    code = getattr(exc, "code", None)
+    if callable(code):  # a grpc.RpcError: its status code, by name
+        return str(code())
+    return code
 
 
 def main() -> None:
@@ -211,7 +219,7 @@ def main() -> None:
                 "id": cmd["id"],
                 "ok": False,
                 "error": type(exc).__name__,
-                "code": getattr(exc, "code", None),
+                "code": _code(exc),
                 "message": str(exc),
                 "trace": traceback.format_exc(limit=3),
             }

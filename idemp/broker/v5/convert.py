@@ -62,7 +62,7 @@ def _millis(ts: Any) -> int:
     return int(ts.seconds) * 1000 + int(ts.nanos) // 1_000_000
 
 
-def _timestamp(ms: int) -> Any:
+def timestamp(ms: int) -> Any:
     return Timestamp(seconds=ms // 1000, nanos=(ms % 1000) * 1_000_000)
 
 
@@ -115,9 +115,9 @@ def to_proto(msg: MessageExt, namespace: str, receipt: str | None, attempt: int)
         body_digest=pb.Digest(type=pb.MD5, checksum=hashlib.md5(msg.body).hexdigest().upper()),
         body_encoding=pb.GZIP if msg.sys_flag & MessageSysFlag.COMPRESSED else pb.IDENTITY,
         message_type=getattr(pb, message_type_of(props)),
-        born_timestamp=_timestamp(msg.born_timestamp),
+        born_timestamp=timestamp(msg.born_timestamp),
         born_host=props.get(BORN_HOST) or f"{msg.born_host[0]}:{msg.born_host[1]}",
-        store_timestamp=_timestamp(msg.store_timestamp),
+        store_timestamp=timestamp(msg.store_timestamp),
         store_host=f"{msg.store_host[0]}:{msg.store_host[1]}",
         queue_id=msg.queue_id,
         queue_offset=msg.queue_offset,
@@ -128,7 +128,7 @@ def to_proto(msg: MessageExt, namespace: str, receipt: str | None, attempt: int)
     if Prop.KEYS in props:
         sysp.keys.extend(props[Prop.KEYS].split(" "))
     if TIMER_DELIVER_MS in props:
-        sysp.delivery_timestamp.CopyFrom(_timestamp(int(props[TIMER_DELIVER_MS])))
+        sysp.delivery_timestamp.CopyFrom(timestamp(int(props[TIMER_DELIVER_MS])))
     if Prop.SHARDING_KEY in props:
         sysp.message_group = props[Prop.SHARDING_KEY]
     if receipt is not None:

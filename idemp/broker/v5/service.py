@@ -25,7 +25,7 @@ from idemp.remoting.message import MessageFormatError
 from idemp.remoting.msgid import offset_msg_id
 
 from ..metadata import Perm, topic_error
-from .convert import SYSTEM_KEYS, message_type_of, to_proto, to_stored
+from .convert import SYSTEM_KEYS, message_type_of, timestamp, to_proto, to_stored
 from .pop import HandleError, PopService, Receipt
 from .schema import SERVICE, Code, pb, status
 
@@ -110,12 +110,30 @@ class MessagingService:
         self.clients: dict[str, ClientState] = {}
         self.endpoint: tuple[str, int] = (broker.config.brokerIP1, 0)
         self._rr = random.randrange(1 << 16)
+        broker.transactions.checkers.append(self.check_transaction)
+
+    def check_transaction(self, half: Any, transaction_id: str) -> bool:
+        """Ask a 5.x producer of the half's topic (the proxy uses the topic as producer
+        group) over its Telemetry stream; False when none is connected."""
+        for client in self.clients.values():
+            if client.telemetry is not None and half.topic in client.topics:
+                command = pb.RecoverOrphanedTransactionCommand(
+                    message=to_proto(half, "", None, half.reconsume_times + 1),
+                    transaction_id=transaction_id,
+                )
+                client.telemetry.put_nowait(
+                    pb.TelemetryCommand(recover_orphaned_transaction_command=command)
+                )
+                return True
+        return False
 
     # --- plumbing ---------------------------------------------------------------------
     def handler(self) -> grpc.GenericRpcHandler:
         def unary(fn: Any, req: Any) -> grpc.RpcMethodHandler:
             return grpc.unary_unary_rpc_method_handler(
-                fn, request_deserializer=req.FromString, response_serializer=_serialize
+                _guarded(fn, getattr(pb, req.DESCRIPTOR.name.replace("Request", "Response"))),
+                request_deserializer=req.FromString,
+                response_serializer=_serialize,
             )
 
         methods = {
@@ -517,6 +535,19 @@ class MessagingService:
     # --- receive ----------------------------------------------------------------------
     async def receive_message(self, request: Any, context: Any) -> AsyncIterator[Any]:
         try:
+            async for response in self._receive(request, context):
+                yield response
+        except Exception as exc:
+            log.exception("v5: ReceiveMessage failed")
+            problem = status(Code.INTERNAL_SERVER_ERROR, f"{type(exc).__name__}: {exc}")
+            yield pb.ReceiveMessageResponse(status=problem)
+        # the proxy's writer ends every receive, found or not, with the time it answered
+        # (the 5.x clients take it for their receive-latency metric)
+        now = int(time.time() * 1000)
+        yield pb.ReceiveMessageResponse(delivery_timestamp=timestamp(now))
+
+    async def _receive(self, request: Any, context: Any) -> AsyncIterator[Any]:
+        try:
             client = self._client(context)
             settings = client.settings
             remaining = context.time_remaining()
@@ -655,6 +686,22 @@ class MessagingService:
         except RequestError as exc:
             return pb.ForwardMessageToDeadLetterQueueResponse(status=status(exc.code, exc.message))
         return pb.ForwardMessageToDeadLetterQueueResponse(status=status(Code.OK))
+
+
+def _guarded(fn: Any, response: Any) -> Any:
+    """A bug must not break the call: the proxy answers an unexpected exception with
+    INTERNAL_SERVER_ERROR in the response's status (ResponseBuilder.buildStatus)."""
+
+    async def call(request: Any, context: Any) -> Any:
+        try:
+            return await fn(request, context)
+        except Exception as exc:
+            log.exception("v5: %s failed", fn.__name__)
+            return response(
+                status=status(Code.INTERNAL_SERVER_ERROR, f"{type(exc).__name__}: {exc}")
+            )
+
+    return call
 
 
 def _serialize(message: Any) -> bytes:

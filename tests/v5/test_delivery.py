@@ -1,0 +1,116 @@
+"""Delay, transactions and the dead-letter queue with the official RocketMQ 5 client.
+
+Measured on RocketMQ 5.3.3 (../shared/realrmq5); the same file runs against it with
+IDEMP_V5_REAL. Waits are bounded by what RocketMQ 5 itself takes (its transaction check
+runs every 30 s, its revive scan lags up to ~5 s).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from tests.broker.rawclient import RawClient
+
+from .conftest import Client5, Endpoint5
+
+INVISIBLE_S = 10
+
+
+def _receive(
+    client: Client5, want: int, deadline_s: float, invisible: int = INVISIBLE_S
+) -> list[dict[str, Any]]:
+    got: list[dict[str, Any]] = []
+    deadline = time.monotonic() + deadline_s
+    while len(got) < want and time.monotonic() < deadline:
+        got += client.ok("receive", name="c", max=16, invisible=invisible)["messages"]
+    return got
+
+
+def test_delivery_time_is_kept(
+    admin: RawClient, client5: Callable[[], Client5], names: Callable[[str], str]
+) -> None:
+    topic, group = names("D"), names("G")
+    assert admin.create_topic(topic, 4, attributes="+message.type=DELAY").code == 0
+    client = client5()
+    client.ok("producer", name="p", topics=[topic])
+    client.ok("simple", name="c", group=group, subs={topic: "*"}, **{"await": 5})
+    target_s = int(time.time()) + 4  # the 5.1.2 client takes epoch seconds on send
+    client.ok(
+        "send",
+        name="p",
+        messages=[{"topic": topic, "body": "later", "delivery_timestamp": target_s}],
+    )
+    got = _receive(client, 1, 30)
+    assert [m["body"] for m in got] == ["later"]
+    assert got[0]["delivery_timestamp"] == target_s * 1000  # and reports milliseconds
+    assert got[0]["wall"] >= target_s
+    assert got[0]["wall"] < target_s + 3
+
+
+def test_transaction_commit_rollback_and_check(
+    broker5: Endpoint5,
+    admin: RawClient,
+    client5: Callable[[], Client5],
+    names: Callable[[str], str],
+) -> None:
+    topic, group = names("X"), names("G")
+    assert admin.create_topic(topic, 4, attributes="+message.type=TRANSACTION").code == 0
+    client = client5()
+    client.ok("producer", name="p", topics=[topic], check="COMMIT")
+    client.ok("simple", name="c", group=group, subs={topic: "*"}, **{"await": 5})
+    committed = client.ok(
+        "send_tx", name="p", message={"topic": topic, "body": "commit"}, end="commit"
+    )
+    client.ok("send_tx", name="p", message={"topic": topic, "body": "rollback"}, end="rollback")
+    unresolved = client.ok(
+        "send_tx", name="p", message={"topic": topic, "body": "ask me"}, end="none"
+    )
+    first = _receive(client, 1, 30)
+    assert [(m["body"], m["message_id"]) for m in first] == [("commit", committed["message_id"])]
+    client.ok("ack", name="c", ref=first[0]["ref"])
+    # the half left open is resolved by asking the producer's checker (COMMIT)
+    later = _receive(client, 1, 90)
+    assert [(m["body"], m["message_id"]) for m in later] == [("ask me", unresolved["message_id"])]
+    checks = client.ok("checks")["checks"]
+    assert [c["message_id"] for c in checks][:1] == [unresolved["message_id"]]
+    # the rolled-back message never shows up
+    client.ok("ack", name="c", ref=later[0]["ref"])
+    assert client.ok("receive", name="c", max=16, invisible=INVISIBLE_S)["messages"] == []
+
+
+def test_dead_letter_queue_after_the_last_attempt(
+    broker5: Endpoint5,
+    admin: RawClient,
+    client5: Callable[[], Client5],
+    names: Callable[[str], str],
+) -> None:
+    topic, group = names("T"), names("G")
+    assert admin.create_topic(topic, 4).code == 0
+    assert admin.create_group(group, retryMaxTimes=1).code == 0
+    client = client5()
+    client.ok("producer", name="p", topics=[topic])
+    client.ok("simple", name="c", group=group, subs={topic: "*"}, **{"await": 5})
+    sent = client.ok(
+        "send", name="p", messages=[{"topic": topic, "body": "poison", "keys": ["p1"]}]
+    )["receipts"][0]
+    attempts = []
+    for _ in range(2):
+        got = _receive(client, 1, INVISIBLE_S + 20)
+        assert [m["body"] for m in got] == ["poison"]
+        attempts.append(got[0]["delivery_attempt"])
+    assert attempts == [1, 2]
+    # retryMaxTimes 1: two deliveries, then %DLQ%<group>, where a 4.x pull finds it
+    assert _receive(client, 1, INVISIBLE_S + 20) == []
+    dlq = f"%DLQ%{group}"
+    deadline = time.monotonic() + 10
+    found: list[Any] = []
+    with RawClient(broker5.broker_addr) as remoting:
+        while not found and time.monotonic() < deadline:
+            found = remoting.pull_messages(dlq, 0)
+            if not found:
+                time.sleep(0.5)  # the DLQ write follows the receive that found the message
+    assert [m.body for m in found] == [b"poison"]
+    assert found[0].properties["UNIQ_KEY"] == sent["message_id"]
+    assert found[0].properties["KEYS"] == "p1"

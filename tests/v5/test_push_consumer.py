@@ -1,0 +1,80 @@
+"""The official RocketMQ 5 PushConsumer against idemp's gRPC endpoint.
+
+Measured on RocketMQ 5.3.3 (../shared/realrmq5); IDEMP_V5_REAL runs the file against it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from tests.broker.rawclient import RawClient
+
+from .conftest import Client5, Endpoint5
+
+
+def _dlq(broker5: Endpoint5, group: str, want: int, deadline_s: float) -> list[Any]:
+    found: list[Any] = []
+    deadline = time.monotonic() + deadline_s
+    with RawClient(broker5.broker_addr) as remoting:
+        while len(found) < want and time.monotonic() < deadline:
+            found = remoting.pull_messages(f"%DLQ%{group}", 0)
+            if len(found) < want:
+                time.sleep(0.5)  # polled: the DLQ write follows the last failed attempt
+    return found
+
+
+def test_failure_is_retried_then_dead_lettered(
+    broker5: Endpoint5,
+    admin: RawClient,
+    client5: Callable[[], Client5],
+    names: Callable[[str], str],
+) -> None:
+    topic, group = names("T"), names("G")
+    assert admin.create_topic(topic, 4).code == 0
+    assert admin.create_group(group, retryMaxTimes=1).code == 0
+    client = client5()
+    client.ok("producer", name="p", topics=[topic])
+    client.ok("push", name="c", group=group, subs={topic: "*"}, fail=["bad"])
+    client.ok(
+        "send",
+        name="p",
+        messages=[{"topic": topic, "body": b} for b in ("good-1", "bad", "good-2")],
+    )
+    calls = client.ok("wait_push", name="c", count=4, within=90, timeout=120)["calls"]
+    assert sorted(c["body"] for c in calls if c["result"] == "SUCCESS") == ["good-1", "good-2"]
+    bad = [c for c in calls if c["body"] == "bad"]
+    assert [c["delivery_attempt"] for c in bad] == [1, 2]
+    found = _dlq(broker5, group, 1, 30)
+    assert [m.body for m in found] == [b"bad"]
+
+
+def test_fifo_group_waits_for_its_failing_message(
+    broker5: Endpoint5,
+    admin: RawClient,
+    client5: Callable[[], Client5],
+    names: Callable[[str], str],
+) -> None:
+    topic, group = names("F"), names("GF")
+    assert admin.create_topic(topic, 4, attributes="+message.type=FIFO").code == 0
+    assert admin.create_group(group, consumeMessageOrderly=True, retryMaxTimes=2).code == 0
+    client = client5()
+    client.ok("producer", name="p", topics=[topic])
+    client.ok("push", name="c", group=group, subs={topic: "*"}, fail=["a-1"])
+    client.ok(
+        "send",
+        name="p",
+        messages=[
+            {"topic": topic, "body": f"{g}-{i}", "message_group": g}
+            for g in ("a", "b")
+            for i in range(3)
+        ],
+    )
+    calls = client.ok("wait_push", name="c", count=8, within=90, timeout=120)["calls"]
+    a = [c["body"] for c in calls if c["message_group"] == "a"]
+    b = [c["body"] for c in calls if c["message_group"] == "b"]
+    assert b == ["b-0", "b-1", "b-2"]
+    assert a == ["a-0", "a-1", "a-1", "a-1", "a-2"]
+    found = _dlq(broker5, group, 1, 30)
+    assert [m.body for m in found] == [b"a-1"]
