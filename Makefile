@@ -88,10 +88,11 @@ lint: $(STAMP) $(COMPOSE_STAMP)
 # processes): it and the 4.x wheel both install a top-level module `rocketmq`.
 V5_VENV  := .cache/v5-venv
 V5_STAMP := $(V5_VENV)/.installed
-$(V5_STAMP): tests/v5/requirements.txt
+# idemp itself goes in too (editable, the `rocketmq5` extra: the adapter's tests).
+$(V5_STAMP): pyproject.toml setup.py $(STAMP)
 	rm -rf $(V5_VENV)
 	$(PYTHON) -m venv $(V5_VENV)
-	$(V5_VENV)/bin/python -m pip install -q --disable-pip-version-check -r tests/v5/requirements.txt
+	$(BIN)/uv pip install --python $(V5_VENV)/bin/python -e '.[rocketmq5]'
 	touch $@
 
 v5-venv: $(V5_STAMP)

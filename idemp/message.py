@@ -45,6 +45,13 @@ class Message:
     born_timestamp: int = 0
     store_timestamp: int = 0
     consumer_group: str | None = None
+    # RocketMQ 5 (gRPC clients): the FIFO message group, the delivery attempt (1 for the
+    # first delivery; ``reconsume_times`` is one less), the receipt handle of this
+    # delivery, and the delivery time a delayed message was sent with (epoch ms)
+    message_group: str | None = None
+    delivery_attempt: int | None = None
+    receipt_handle: str | None = None
+    delivery_timestamp: int | None = None
 
     @property
     def key(self) -> str | None:

@@ -1,0 +1,152 @@
+"""Adapter for RocketMQ 5's official Python client (``rocketmq-python-client``, gRPC).
+
+Two ways to run a decorated listener on it:
+
+- ``listener(fn, group=...)`` gives a ``rocketmq.MessageListener`` for a
+  ``PushConsumer``. Its ``consume`` never raises: an ack is ``SUCCESS``, anything else
+  (a failure, a claim still held by another consumer, a held transition) is ``FAILURE``,
+  after which the client changes the message's invisible duration to its group's backoff
+  and the broker hands it out again with the next delivery attempt.
+- ``consume(consumer, fn, group=...)`` runs a ``SimpleConsumer`` loop: receive, run the
+  listener on each message, ack what it acks; a message it does not ack stays invisible
+  until ``invisible_duration`` runs out (or ``retry_after`` seconds, if given) and comes
+  back.
+
+Under POP a message whose invisible time runs out while its first handler still works is
+handed to another consumer. The decorators' claim makes that second delivery report "in
+progress" (not acked, not run again); give the claim a deadline longer than the handler
+can take, and an invisible duration at least as long, so the first handler finishes
+before anyone may take its claim over (docs/rocketmq5.md).
+
+The client installs a top-level ``rocketmq`` module, as the 4.x wheel does: install this
+one with the ``rocketmq5`` extra in a virtualenv without the ``rocketmq`` extra.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from idemp.message import ConsumeResult, Message, consume_result_of
+
+logger = logging.getLogger("idemp.adapters.rocketmq5")
+RECEIVE_RETRY_S = 1.0
+
+
+def to_message(received: Any, *, group: str) -> Message:
+    """The 5.x client's received ``Message`` as an ``idemp.Message``."""
+    attempt = int(received.delivery_attempt or 1)
+    properties = dict(received.properties or {})
+    return Message(
+        topic=received.topic,
+        body=bytes(received.body or b""),
+        keys=tuple(sorted(received.keys or ())),
+        tags=received.tag,
+        properties=properties,
+        msg_id=received.message_id or "",
+        reconsume_times=attempt - 1,
+        born_timestamp=int(received.born_timestamp or 0),
+        consumer_group=group,
+        message_group=received.message_group,
+        delivery_attempt=attempt,
+        receipt_handle=received.receipt_handle,
+        delivery_timestamp=received.delivery_timestamp,
+    )
+
+
+def _check_group(group: object, where: str) -> str:
+    if not isinstance(group, str) or not group.strip():
+        raise ValueError(
+            f"{where}(group={group!r}): pass the consumer group; it names the dedup "
+            "namespace of every message"
+        )
+    return group
+
+
+def _result(fn: Callable[[Message], Any], received: Any, group: str) -> ConsumeResult:
+    message: Message | None = None
+    try:
+        message = to_message(received, group=group)
+        return consume_result_of(fn(message))
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as exc:  # noqa: B036 - a listener error must not ack
+        logger.error(
+            "listener failed, message will come back: msg_id=%s topic=%s",
+            message.msg_id if message else "?",
+            message.topic if message else "?",
+            exc_info=exc,
+        )
+        return ConsumeResult.RECONSUME_LATER
+
+
+def listener(fn: Callable[[Message], Any], *, group: str) -> Any:
+    """A ``rocketmq.MessageListener`` running ``fn(message)`` for a ``PushConsumer``.
+
+    ``DEAD_LETTER`` (a guarded transition held ``max_holds`` times) is returned as
+    ``FAILURE``: the client has no way to dead-letter a message at once, so it comes back
+    until its group's maximum delivery attempts, then goes to ``%DLQ%<group>``.
+    """
+    group = _check_group(group, "listener")
+    from rocketmq import ConsumeResult as Result5  # the optional dependency, at wrap time
+    from rocketmq import MessageListener
+
+    class IdempListener(MessageListener):  # type: ignore[misc]
+        def consume(self, message: Any) -> Any:
+            if _result(fn, message, group) is ConsumeResult.SUCCESS:
+                return Result5.SUCCESS
+            return Result5.FAILURE
+
+    return IdempListener()
+
+
+def consume(
+    consumer: Any,
+    fn: Callable[[Message], Any],
+    *,
+    group: str,
+    invisible_duration: int = 30,
+    max_messages: int = 16,
+    retry_after: int | None = None,
+    stop: threading.Event | None = None,
+    rounds: int | None = None,
+) -> dict[str, int]:
+    """Receive with ``consumer`` (a started ``SimpleConsumer``) and run ``fn`` on each
+    message until ``stop`` is set (or for ``rounds`` receives); return the counts.
+
+    ``invisible_duration`` (seconds, at least 10 on RocketMQ 5) is how long a received
+    message stays hidden from every other consumer of the group. A message ``fn`` does
+    not ack is left to come back when that runs out, or after ``retry_after`` seconds.
+    """
+    group = _check_group(group, "consume")
+    stop = stop or threading.Event()
+    counts = {"acked": 0, "later": 0, "receives": 0, "errors": 0}
+    done = 0
+    while not stop.is_set() and (rounds is None or done < rounds):
+        done += 1
+        counts["receives"] += 1
+        try:
+            batch = consumer.receive(max_messages, invisible_duration)
+        except Exception as exc:  # the broker away or restarting: try again shortly
+            counts["errors"] += 1
+            logger.warning("receive failed (%s); retrying in %.0f s", exc, RECEIVE_RETRY_S)
+            stop.wait(RECEIVE_RETRY_S)
+            continue
+        for received in batch:
+            try:
+                if _result(fn, received, group) is ConsumeResult.SUCCESS:
+                    consumer.ack(received)
+                    counts["acked"] += 1
+                    continue
+                counts["later"] += 1
+                if retry_after is not None:
+                    consumer.change_invisible_duration(received, retry_after)
+            except Exception as exc:
+                # the ack (or change) failed, e.g. the message became visible and went
+                # to another consumer meanwhile: it comes back, and the effect, already
+                # recorded, makes that delivery a duplicate
+                counts["errors"] += 1
+                logger.warning("ack of %s failed: %s", received.message_id, exc)
+    return counts

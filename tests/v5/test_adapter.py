@@ -1,0 +1,114 @@
+"""Decorated listeners on the official RocketMQ 5 client (idemp.adapters.rocketmq5),
+end to end against idemp's gRPC endpoint: producer duplicates and lost acks (forced
+redeliveries) leave every effect exactly once; FIFO keeps each message group's order."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+
+from tests.broker.rawclient import RawClient
+
+from .conftest import Client5, Endpoint5, v5_python
+
+CHILD = Path(__file__).with_name("idemp5.py")
+
+
+def _run(spec: dict[str, Any], log: Path) -> dict[str, Any]:
+    with open(log, "a", encoding="utf-8") as err:
+        done = subprocess.run(
+            [str(v5_python()), str(CHILD), json.dumps(spec)],
+            stdout=subprocess.PIPE,
+            stderr=err,
+            text=True,
+            timeout=spec["within"] + 60,
+            env={"HOME": str(log.parent), "PATH": "/usr/bin:/bin"},
+        )
+    assert done.returncode == 0, f"exit {done.returncode}; log: {log}"
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _effects(db: Path) -> list[tuple[str, str, int]]:
+    engine = sa.create_engine(f"sqlite:///{db}")
+    with engine.connect() as conn:
+        rows = conn.execute(sa.text("SELECT id, grp, seq FROM effects ORDER BY n")).all()
+    engine.dispose()
+    return [tuple(r) for r in rows]  # type: ignore[misc]
+
+
+def test_simple_consumer_loop_each_effect_once(
+    broker5: Endpoint5,
+    admin: RawClient,
+    client5: Callable[[], Client5],
+    names: Callable[[str], str],
+    tmp_path: Path,
+) -> None:
+    topic, group = names("T"), names("G")
+    assert admin.create_topic(topic, 4).code == 0
+    sender = client5()
+    sender.ok("producer", name="p", topics=[topic])
+    ids = [f"o-{i}" for i in range(10)] + ["o-3", "o-7"]  # two producer retries
+    sender.ok(
+        "send", name="p", messages=[{"topic": topic, "body": json.dumps({"id": i})} for i in ids]
+    )
+    spec = {
+        "mode": "simple",
+        "endpoint": broker5.grpc_addr,
+        "topic": topic,
+        "group": group,
+        "db": str(tmp_path / "effects.db"),
+        "keys": 10,
+        "lose_first": ["o-1", "o-5"],
+        "within": 90,
+    }
+    result = _run(spec, tmp_path / "idemp5-simple.log")
+    assert result["again"] == ["o-1", "o-5"]
+    effects = _effects(tmp_path / "effects.db")
+    assert sorted(e[0] for e in effects) == sorted(f"o-{i}" for i in range(10))
+    assert result["stats"]["processed"] == 10
+    assert result["stats"]["duplicates"] == 4  # two producer retries, two lost acks
+
+
+def test_push_consumer_fifo_order_and_each_effect_once(
+    broker5: Endpoint5,
+    admin: RawClient,
+    client5: Callable[[], Client5],
+    names: Callable[[str], str],
+    tmp_path: Path,
+) -> None:
+    topic, group = names("F"), names("GF")
+    assert admin.create_topic(topic, 4, attributes="+message.type=FIFO").code == 0
+    assert admin.create_group(group, consumeMessageOrderly=True).code == 0
+    sender = client5()
+    sender.ok("producer", name="p", topics=[topic])
+    groups = ["rider-a", "rider-b", "rider-c"]
+    messages = [
+        {"topic": topic, "body": json.dumps({"id": f"{g}/{s}", "seq": s}), "message_group": g}
+        for s in range(4)
+        for g in groups
+    ]
+    messages.append(dict(messages[4]))  # a producer retry of rider-b/1
+    sender.ok("send", name="p", messages=messages)
+    spec = {
+        "mode": "push",
+        "endpoint": broker5.grpc_addr,
+        "topic": topic,
+        "group": group,
+        "db": str(tmp_path / "effects.db"),
+        "keys": 12,
+        "lose_first": ["rider-a/1", "rider-c/2"],
+        "within": 90,
+    }
+    result = _run(spec, tmp_path / "idemp5-push.log")
+    assert result["again"] == ["rider-a/1", "rider-c/2"]
+    effects = _effects(tmp_path / "effects.db")
+    for g in groups:
+        assert [seq for _, grp, seq in effects if grp == g] == [0, 1, 2, 3]
+    assert len(effects) == 12
+    assert result["stats"]["processed"] == 12
+    assert result["stats"]["duplicates"] == 3
