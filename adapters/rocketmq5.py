@@ -93,7 +93,7 @@ def listener(fn: Callable[[Message], Any], *, group: str) -> Any:
     from rocketmq import ConsumeResult as Result5  # the optional dependency, at wrap time
     from rocketmq import MessageListener
 
-    class IdempListener(MessageListener):  # type: ignore[misc]
+    class IdempListener(MessageListener):
         def consume(self, message: Any) -> Any:
             if _result(fn, message, group) is ConsumeResult.SUCCESS:
                 return Result5.SUCCESS
