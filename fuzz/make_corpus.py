@@ -34,6 +34,10 @@ def main() -> None:
             _put(HERE / "corpus/codec", b"\x03" + props.encode("utf-8"))
         if "->broker" in f["direction"] or "->namesrv" in f["direction"]:
             _put(HERE / "corpus/dispatch", b"\x00" + frame)
+    from fuzz.grpc5 import seed_requests
+
+    for request in seed_requests():
+        _put(HERE / "corpus/grpc5", request)
 
 
 if __name__ == "__main__":

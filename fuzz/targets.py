@@ -411,4 +411,10 @@ def dispatch(data: bytes) -> None:
     _harness(data)
 
 
-TARGETS = {"codec": codec, "dispatch": dispatch}
+def grpc5(data: bytes) -> None:
+    from fuzz.grpc5 import grpc5 as target
+
+    target(data)
+
+
+TARGETS = {"codec": codec, "dispatch": dispatch, "grpc5": grpc5}

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+DEFAULT_GRPC_PORT = 8081
 _UNITS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 
 
@@ -58,9 +59,17 @@ class BrokerConfig:
     aclEnable: bool = False
     aclPlainFile: str = ""
     # RocketMQ 5's gRPC endpoint (the proxy's grpcServerPort): 0 picks a free port, -1
-    # turns it off. Unset, it follows listenPort: a broker on a free port (listenPort=0,
-    # as tests start it) takes a free gRPC port too, instead of colliding on 8081.
-    grpcServerPort: int = 8081
+    # turns it off. A broker on a free port (listenPort=0, as tests start it) takes a free
+    # gRPC port too instead of the default 8081, so two such brokers never collide.
+    grpcServerPort: int = DEFAULT_GRPC_PORT
+
+    @property
+    def grpc_port(self) -> int:
+        """The gRPC port to bind (0: any free one, -1: none)."""
+        if self.listenPort == 0 and self.grpcServerPort == DEFAULT_GRPC_PORT:
+            return 0
+        return self.grpcServerPort
+
     unknown: dict[str, str] = field(default_factory=dict)
 
     # --- derived values ---------------------------------------------------------
@@ -158,8 +167,6 @@ def load_config(path: str | Path | None, overrides: dict[str, str] | None = None
         values.update(read_properties(text))
     values.update(overrides or {})
     cfg = cfg.with_overrides(values)
-    if "grpcServerPort" not in values and cfg.listenPort == 0:
-        cfg.grpcServerPort = 0
     validate(cfg)
     return cfg
 

@@ -247,6 +247,7 @@ class BrokerServer:
         if self.config.aclEnable:  # before anything listens: a bad file must stop the start
             self.acl = load_acl(default_acl_path(self.config))
             log.info("ACL enabled: %d accounts from %s", len(self.acl.accounts), self.acl.path)
+        grpc_port = self.config.grpc_port  # before listenPort is replaced by the bound port
         self.store = MessageStore(self.config)
         self.namesrv = NamesrvState(self.store.root / "config" / "kvConfig.json")
         self.store.listeners.append(self.holds.arrived)
@@ -297,12 +298,12 @@ class BrokerServer:
         ]
         if not self.config.sync_flush:
             self._tasks.append(loop.create_task(self._async_flush()))
-        if self.config.grpcServerPort >= 0:
+        if grpc_port >= 0:
             from .v5.endpoint import GrpcEndpoint
 
             self.grpc = GrpcEndpoint(self)
             try:
-                port = await self.grpc.start(bind, self.config.grpcServerPort)
+                port = await self.grpc.start(bind, grpc_port)
             except BaseException:
                 await self.stop()
                 raise

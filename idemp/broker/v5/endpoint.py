@@ -36,9 +36,12 @@ class GrpcEndpoint:
             ]
         )
         server.add_generic_rpc_handlers((self.service.handler(),))
-        bound = server.add_insecure_port(f"{host}:{port}")
+        try:
+            bound = server.add_insecure_port(f"{host}:{port}")
+        except RuntimeError:  # grpcio's "Failed to bind to address"
+            bound = 0
         if bound == 0:
-            raise OSError(f"cannot listen on {host}:{port} for gRPC")
+            raise OSError(f"cannot listen on {host}:{port} for gRPC (grpcServerPort)")
         await server.start()
         self.server = server
         self.service.endpoint = (self.service.endpoint[0], bound)
@@ -49,7 +52,10 @@ class GrpcEndpoint:
         while True:
             await asyncio.sleep(REVIVE_INTERVAL_S)
             try:
-                self.service.pop.revive()
+                service = self.service
+                service.pop.renew(service.alive)
+                service.pop.revive()
+                service.expire_clients()
             except Exception:  # pragma: no cover - a bug must not stop redelivery
                 log.exception("v5: revive failed")
 

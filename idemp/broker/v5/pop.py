@@ -35,6 +35,13 @@ from ..metadata import Perm, dlq_topic
 from ..store import MessageStore
 
 NORMAL_TOPIC = "0"
+# the proxy's renewMaxTimeMillis (3 h): past it, even an auto-renewed message comes back
+MAX_RENEW_MS = 3 * 3600 * 1000
+# the proxy's invisibleTimeMillisWhenClear: a departed client's messages return after 1 s
+CLEAR_MS = 1000
+# the proxy's renewAheadTimeMillis and the slice it renews by (defaultInvisibleTimeMills)
+RENEW_AHEAD_MS = 10_000
+RENEW_SLICE_MS = 60_000
 RETRY_TOPIC = "1"
 FIRST_POP_TIME = "1ST_POP_TIME"
 DLQ_ORIGIN_TOPIC = "DLQ_ORIGIN_TOPIC"
@@ -48,6 +55,11 @@ def pop_retry_topic(group: str, topic: str) -> str:
 
 class HandleError(Exception):
     """A receipt handle that cannot be used: the proxy answers INVALID_RECEIPT_HANDLE."""
+
+
+class MalformedHandle(HandleError):
+    """Not a receipt handle at all: RocketMQ 5.3.3's proxy fails to parse it and answers
+    INTERNAL_SERVER_ERROR ("Parse failed, dataList size N"); idemp gives the same code."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,7 +90,7 @@ class Receipt:
     def decode(cls, text: str) -> Receipt:
         parts = text.split(" ")
         if len(parts) < 8:
-            raise HandleError("receipt handle is invalid")
+            raise MalformedHandle(f"Parse failed, dataList size {len(parts)}: not a receipt handle")
         try:
             return cls(
                 int(parts[0]),
@@ -91,13 +103,24 @@ class Receipt:
                 int(parts[8]) if len(parts) > 8 else -1,
             )
         except ValueError:
-            raise HandleError("receipt handle is invalid") from None
+            raise MalformedHandle("Parse failed: a receipt handle field is not a number") from None
 
 
 @dataclass(slots=True)
 class _InFlight:
     receipt: Receipt
     reconsume: int  # reconsume times of this delivery (attempt - 1)
+    # when it becomes visible again: the receipt's time, moved on by auto-renewal
+    deadline: int = 0
+    # PushConsumers receive with auto_renew: the server keeps the message invisible for
+    # as long as their client is connected (the proxy's receipt handle manager), up to
+    # renew_until; the client keeps acking with the handle it was given
+    client: str | None = None
+    renew_until: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.deadline:
+            self.deadline = self.receipt.visible_at
 
 
 @dataclass(slots=True)
@@ -168,7 +191,9 @@ class PopService:
         fifo: bool,
         accepts: Callable[[MessageExt], bool],
         max_attempts: int,
+        renew_for: str | None = None,
     ) -> list[Popped]:
+        """``renew_for``: the client id of an auto-renewing receive (a PushConsumer)."""
         now = int(time.time() * 1000)
         state = self._state.setdefault((group, topic), _GroupTopic())
         cfg = self.store.topics.get(topic)
@@ -213,7 +238,17 @@ class PopService:
                     accepts,
                     max_attempts,
                 )
+        if renew_for is not None:
+            self._renewed(group, topic, out, renew_for, now)
         return out
+
+    def _renewed(self, group: str, topic: str, popped: list[Popped], client: str, now: int) -> None:
+        for item in popped:
+            found = self._find(group, topic, item.receipt)
+            if found is not None:
+                held = found[2]
+                held.client = client
+                held.renew_until = now + MAX_RENEW_MS
 
     def _start_offset(self, group: str, stored: str, qid: int) -> int:
         committed = self.store.offsets.query(group, stored, qid)
@@ -303,7 +338,7 @@ class PopService:
         if order is None:
             order = state.ordered[qid] = _Ordered(self._start_offset(group, topic, qid))
         if order.inflight:
-            if any(f.receipt.visible_at > now for f in order.inflight.values()):
+            if any(f.deadline > now for f in order.inflight.values()):
                 return  # the queue's previous messages are still being consumed
             for offset in order.inflight:
                 order.extra[offset] = order.extra.get(offset, 0) + 1
@@ -390,17 +425,22 @@ class PopService:
             raise HandleError("INVALID_RECEIPT_HANDLE")
         return state, key, held
 
-    def _check(self, text: str) -> Receipt:
+    def _check(
+        self, group: str, topic: str, text: str
+    ) -> tuple[Receipt, tuple[_GroupTopic, tuple[str, int, int], _InFlight] | None]:
+        """The handle decoded and the delivery it stands for; HandleError when it is
+        malformed, void, or its message is visible again (renewal counts)."""
         receipt = Receipt.decode(text)
-        if receipt.visible_at <= int(time.time() * 1000):
+        found = self._find(group, topic, receipt)
+        deadline = found[2].deadline if found is not None else receipt.visible_at
+        if deadline <= int(time.time() * 1000):
             raise HandleError("receipt handle is expired")
-        return receipt
+        return receipt, found
 
     def ack(self, group: str, topic: str, handle: str) -> None:
         """Raises HandleError for an expired or malformed handle; acking a message that
         is already acked (or was never received) is accepted, as RocketMQ's ack is."""
-        receipt = self._check(handle)
-        found = self._find(group, topic, receipt)
+        receipt, found = self._check(group, topic, handle)
         if found is None:
             return
         state, key, _ = found
@@ -413,8 +453,9 @@ class PopService:
 
     def change_invisible(self, group: str, topic: str, handle: str, invisible_ms: int) -> Receipt:
         """A new handle, invisible for ``invisible_ms`` from now; the old one is void. The
-        delivery attempt stays: what comes back after it is the next attempt."""
-        receipt = self._check(handle)
+        delivery attempt stays: what comes back after it is the next attempt. An explicit
+        invisible duration ends auto-renewal."""
+        receipt, found = self._check(group, topic, handle)
         now = int(time.time() * 1000)
         fresh = Receipt(
             receipt.start_offset,
@@ -426,7 +467,6 @@ class PopService:
             receipt.offset,
             receipt.commit_log_offset,
         )
-        found = self._find(group, topic, receipt)
         if found is None:
             return fresh
         state, key, held = found
@@ -438,14 +478,13 @@ class PopService:
         return fresh
 
     def forward_to_dlq(self, group: str, topic: str, handle: str) -> None:
-        receipt = self._check(handle)
+        receipt, found = self._check(group, topic, handle)
         msg = (
             self.store.lookup(receipt.commit_log_offset) if receipt.commit_log_offset >= 0 else None
         )
         if msg is None:
             raise HandleError("receipt handle is invalid")
         self._to_dlq(group, topic, msg)
-        found = self._find(group, topic, receipt)
         if found is not None:
             self.ack(group, topic, handle)
 
@@ -476,13 +515,45 @@ class PopService:
         self.dead_lettered += 1
 
     # --- revive -----------------------------------------------------------------------
+    def _all_inflight(self) -> list[_InFlight]:
+        out: list[_InFlight] = []
+        for state in self._state.values():
+            out.extend(state.inflight.values())
+            for order in state.ordered.values():
+                out.extend(order.inflight.values())
+        return out
+
+    def renew(self, alive: Callable[[str], bool]) -> int:
+        """Keep auto-renewed messages invisible while their client is connected: due
+        within RENEW_AHEAD_MS, they get RENEW_SLICE_MS more (the proxy's renew task)."""
+        now = int(time.time() * 1000)
+        renewed = 0
+        for held in self._all_inflight():
+            if held.client is None or held.deadline - now > RENEW_AHEAD_MS:
+                continue
+            if now < held.renew_until and alive(held.client):
+                held.deadline = min(now + RENEW_SLICE_MS, held.renew_until)
+                renewed += 1
+            else:
+                held.client = None
+        return renewed
+
+    def release_client(self, client: str) -> None:
+        """A client left: its auto-renewed messages come back shortly (the proxy changes
+        their invisible time to invisibleTimeMillisWhenClear)."""
+        now = int(time.time() * 1000)
+        for held in self._all_inflight():
+            if held.client == client:
+                held.client = None
+                held.deadline = min(held.deadline, now + CLEAR_MS)
+
     def revive(self) -> int:
         """Hand out again what stayed invisible too long: normal groups through their
         retry topic, FIFO queues from where they stand. Returns how many were revived."""
         now = int(time.time() * 1000)
         revived = 0
         for (group, topic), state in self._state.items():
-            expired = [k for k, f in state.inflight.items() if f.receipt.visible_at <= now]
+            expired = [k for k, f in state.inflight.items() if f.deadline <= now]
             for key in expired:
                 held = state.inflight.pop(key)
                 msg = self.store.lookup(held.receipt.commit_log_offset)
@@ -491,9 +562,7 @@ class PopService:
                 self._to_retry(group, topic, msg, held.reconsume + 1, now)
                 revived += 1
             for order in state.ordered.values():
-                if order.inflight and all(
-                    f.receipt.visible_at <= now for f in order.inflight.values()
-                ):
+                if order.inflight and all(f.deadline <= now for f in order.inflight.values()):
                     self.wake(topic)  # the queue is free again: a waiting receive takes it
         return revived
 

@@ -26,7 +26,7 @@ from idemp.remoting.msgid import offset_msg_id
 
 from ..metadata import Perm, topic_error
 from .convert import SYSTEM_KEYS, message_type_of, timestamp, to_proto, to_stored
-from .pop import HandleError, PopService, Receipt
+from .pop import HandleError, MalformedHandle, PopService, Receipt
 from .schema import SERVICE, Code, pb, status
 
 if TYPE_CHECKING:
@@ -40,6 +40,7 @@ MAX_LONG_POLL_MS = 20_000
 MIN_INVISIBLE_MS = 10_000
 MAX_INVISIBLE_MS = 12 * 3600 * 1000
 RECEIVE_BATCH = 32
+CLIENT_EXPIRY_S = 120  # the proxy's channelExpiredTimeout
 PRODUCER_MAX_ATTEMPTS = 3
 MAX_DELAY_MS = 40 * 24 * 3600 * 1000  # timerMaxDelaySec: 3 days... the proxy allows 40 d
 MESSAGE_GROUP_MAX = 64
@@ -185,7 +186,9 @@ class MessagingService:
             raise RequestError(Code.ILLEGAL_TOPIC, f"topic name is illegal: {name}")
         cfg = self.store.topics.get(name)
         if cfg is None:
-            raise RequestError(Code.TOPIC_NOT_FOUND, f"topic not found: {name}")
+            raise RequestError(
+                Code.TOPIC_NOT_FOUND, f"No topic route info in name server for the topic: {name}"
+            )
         return cfg
 
     def _group(self, resource: Any) -> Any:
@@ -290,8 +293,25 @@ class MessagingService:
             client = self._client(context)
         except RequestError as exc:
             return pb.NotifyClientTerminationResponse(status=status(exc.code, exc.message))
-        self.clients.pop(client.client_id, None)
+        self.forget(client.client_id)
         return pb.NotifyClientTerminationResponse(status=status(Code.OK))
+
+    def forget(self, client_id: str) -> None:
+        self.clients.pop(client_id, None)
+        self.pop.release_client(client_id)
+
+    def alive(self, client_id: str) -> bool:
+        """Connected: a Telemetry stream open, or a request within CLIENT_EXPIRY_S (the
+        clients heartbeat every 10 s)."""
+        client = self.clients.get(client_id)
+        if client is None:
+            return False
+        return client.telemetry is not None or time.monotonic() - client.last_seen < CLIENT_EXPIRY_S
+
+    def expire_clients(self) -> None:
+        """Forget clients gone silent (the proxy's channel expiry)."""
+        for client_id in [c for c in self.clients if not self.alive(c)]:
+            self.forget(client_id)
 
     def merged_settings(self, client: ClientState, raw: Any) -> Any:
         """The client's settings with the server's part filled in
@@ -362,11 +382,11 @@ class MessagingService:
         try:
             client = self._client(context)
             if not request.messages:
-                raise RequestError(Code.BAD_REQUEST, "no message to send")
+                raise RequestError(Code.MESSAGE_CORRUPTED, "no message to send")
             first_topic = request.messages[0].topic.name
             if any(m.topic.name != first_topic for m in request.messages):
                 raise RequestError(Code.MESSAGE_CORRUPTED, "topic in message is not same")
-            cfg = self._topic(request.messages[0].topic)
+            cfg = self._send_topic(request.messages[0])
             perm = cfg.perm & self.broker.config.brokerPermission
             if not perm & Perm.WRITE:
                 raise RequestError(Code.FORBIDDEN, f"topic {cfg.topicName} is not writable")
@@ -389,6 +409,19 @@ class MessagingService:
                     entry.status.CopyFrom(flush_timeout)
                 return pb.SendMessageResponse(status=flush_timeout, entries=entries)
         return pb.SendMessageResponse(status=status(Code.OK), entries=entries)
+
+    def _send_topic(self, message: Any) -> Any:
+        """The proxy checks the message type against the topic's before it looks the
+        topic up, so an unknown topic fails that check (its type is UNSPECIFIED)."""
+        name = message.topic.name
+        if name and not topic_error(name) and self.store.topics.get(name) is None:
+            got = message_type_of(to_stored(message, 0, ("", 0), name).properties)
+            raise RequestError(
+                Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+                f"TopicMessageType validate failed, the expected type is UNSPECIFIED, but "
+                f"actual type is {got} (topic {name} does not exist)",
+            )
+        return self._topic(message.topic)
 
     def _select_queue(self, cfg: Any, request: Any) -> int:
         writable = max(cfg.writeQueueNums, 1)
@@ -474,8 +507,8 @@ class MessagingService:
         if kind != "MIXED" and got != kind:
             raise RequestError(
                 Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
-                f"topic message type not match, topic messageType: {kind}, "
-                f"message messageType: {got}",
+                f"TopicMessageType validate failed, the expected type is {kind}, "
+                f"but actual type is {got}",
             )
         return stored
 
@@ -604,6 +637,7 @@ class MessagingService:
                 fifo=fifo,
                 accepts=accepts,
                 max_attempts=max_attempts,
+                renew_for=client.client_id if request.auto_renew else None,
             )
             if popped:
                 break
@@ -633,7 +667,7 @@ class MessagingService:
                 self.pop.ack(gcfg.groupName, cfg.topicName, entry.receipt_handle)
                 st = status(Code.OK)
             except HandleError as exc:
-                st = status(Code.INVALID_RECEIPT_HANDLE, str(exc))
+                st = status(_handle_code(exc), str(exc))
             results.append(
                 pb.AckMessageResultEntry(
                     message_id=entry.message_id, receipt_handle=entry.receipt_handle, status=st
@@ -667,7 +701,7 @@ class MessagingService:
                     gcfg.groupName, cfg.topicName, request.receipt_handle, invisible
                 )
             except HandleError as exc:
-                raise RequestError(Code.INVALID_RECEIPT_HANDLE, str(exc)) from None
+                raise RequestError(_handle_code(exc), str(exc)) from None
         except RequestError as exc:
             return pb.ChangeInvisibleDurationResponse(status=status(exc.code, exc.message))
         return pb.ChangeInvisibleDurationResponse(
@@ -682,7 +716,7 @@ class MessagingService:
             try:
                 self.pop.forward_to_dlq(gcfg.groupName, cfg.topicName, request.receipt_handle)
             except HandleError as exc:
-                raise RequestError(Code.INVALID_RECEIPT_HANDLE, str(exc)) from None
+                raise RequestError(_handle_code(exc), str(exc)) from None
         except RequestError as exc:
             return pb.ForwardMessageToDeadLetterQueueResponse(status=status(exc.code, exc.message))
         return pb.ForwardMessageToDeadLetterQueueResponse(status=status(Code.OK))
@@ -702,6 +736,12 @@ def _guarded(fn: Any, response: Any) -> Any:
             )
 
     return call
+
+
+def _handle_code(exc: HandleError) -> int:
+    if isinstance(exc, MalformedHandle):
+        return int(Code.INTERNAL_SERVER_ERROR)
+    return int(Code.INVALID_RECEIPT_HANDLE)
 
 
 def _serialize(message: Any) -> bytes:

@@ -1,0 +1,168 @@
+"""Bad input to the gRPC endpoint gets the protocol's status code and a clear message, and
+the server keeps serving. Each answer was read off RocketMQ 5.3.3's proxy (IDEMP_V5_REAL
+runs this file against it)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import grpc
+import pytest
+
+from idemp.broker.v5.schema import pb
+from tests.broker.rawclient import RawClient
+
+from .conftest import Endpoint5
+from .raw import Raw, resource
+
+
+@pytest.fixture
+def raw(broker5: Endpoint5) -> Iterator[Raw]:
+    client = Raw(broker5.grpc_addr)
+    yield client
+    client.close()
+
+
+def _message(topic: str, body: bytes = b"x", **sysp: object) -> object:
+    return pb.Message(
+        topic=resource(topic),
+        body=body,
+        system_properties=pb.SystemProperties(
+            message_id="0102FC0000000100000000000000000001", **sysp
+        ),
+    )
+
+
+def test_route_of_an_unknown_topic(raw: Raw) -> None:
+    answer = raw.unary(
+        "QueryRoute", pb.QueryRouteRequest(topic=resource("NoSuchTopic_v5")), pb.QueryRouteResponse
+    )
+    assert answer.status.code == pb.TOPIC_NOT_FOUND
+    assert "No topic route info in name server for the topic: NoSuchTopic_v5" in (
+        answer.status.message
+    )
+
+
+def test_a_request_without_client_id(
+    raw: Raw, admin: RawClient, names: Callable[[str], str]
+) -> None:
+    topic = names("T")
+    assert admin.create_topic(topic, 1).code == 0
+    answer = raw.unary(
+        "QueryRoute",
+        pb.QueryRouteRequest(topic=resource(topic)),
+        pb.QueryRouteResponse,
+        metadata=(),
+    )
+    assert (answer.status.code, answer.status.message) == (
+        pb.CLIENT_ID_REQUIRED,
+        "client id cannot be empty",
+    )
+
+
+def test_send_errors(raw: Raw, admin: RawClient, names: Callable[[str], str]) -> None:
+    topic, fifo = names("T"), names("F")
+    assert admin.create_topic(topic, 1).code == 0
+    assert admin.create_topic(fifo, 1, attributes="+message.type=FIFO").code == 0
+    cases = {
+        "too large": pb.SendMessageRequest(
+            messages=[_message(topic, b"x" * (4 * 1024 * 1024 + 1))]
+        ),
+        "wrong type": pb.SendMessageRequest(messages=[_message(fifo)]),
+        "no id": pb.SendMessageRequest(messages=[pb.Message(topic=resource(topic), body=b"x")]),
+        "system key": pb.SendMessageRequest(
+            messages=[
+                pb.Message(
+                    topic=resource(topic),
+                    body=b"x",
+                    user_properties={"KEYS": "k"},
+                    system_properties=pb.SystemProperties(message_id="01"),
+                )
+            ]
+        ),
+        "no messages": pb.SendMessageRequest(),
+        "unknown topic": pb.SendMessageRequest(messages=[_message("NoSuchTopic_v5")]),
+    }
+    got = {}
+    for name, request in cases.items():
+        answer = raw.unary("SendMessage", request, pb.SendMessageResponse)
+        got[name] = (answer.status.code, answer.status.message)
+    assert got["too large"] == (
+        pb.MESSAGE_BODY_TOO_LARGE,
+        "message body cannot exceed the max 4194304",
+    )
+    assert got["wrong type"][0] == pb.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE
+    assert (
+        "TopicMessageType validate failed, the expected type is FIFO, but actual type is NORMAL"
+        in got["wrong type"][1]
+    )
+    assert got["no id"] == (pb.ILLEGAL_MESSAGE_ID, "message id cannot be empty")
+    assert got["system key"] == (
+        pb.ILLEGAL_MESSAGE_PROPERTY_KEY,
+        "property is used by system: KEYS",
+    )
+    assert got["no messages"] == (pb.MESSAGE_CORRUPTED, "no message to send")
+    # RocketMQ checks the type first: an unknown topic's type is UNSPECIFIED
+    assert got["unknown topic"][0] == pb.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE
+    assert "the expected type is UNSPECIFIED, but actual type is NORMAL" in got["unknown topic"][1]
+
+
+def test_forged_receipt_handles(raw: Raw, admin: RawClient, names: Callable[[str], str]) -> None:
+    topic, group = names("T"), names("G")
+    assert admin.create_topic(topic, 1).code == 0
+
+    def ack(handle: str) -> tuple[int, str, list[tuple[int, str]]]:
+        answer = raw.unary(
+            "AckMessage",
+            pb.AckMessageRequest(
+                group=resource(group),
+                topic=resource(topic),
+                entries=[pb.AckMessageEntry(message_id="01", receipt_handle=handle)],
+            ),
+            pb.AckMessageResponse,
+        )
+        entries = [(e.status.code, e.status.message) for e in answer.entries]
+        return answer.status.code, answer.status.message, entries
+
+    def change(handle: str) -> tuple[int, str]:
+        answer = raw.unary(
+            "ChangeInvisibleDuration",
+            pb.ChangeInvisibleDurationRequest(
+                group=resource(group),
+                topic=resource(topic),
+                receipt_handle=handle,
+                message_id="01",
+                invisible_duration={"seconds": 10},
+            ),
+            pb.ChangeInvisibleDurationResponse,
+        )
+        return answer.status.code, answer.status.message
+
+    # not a handle at all: RocketMQ 5.3.3 cannot parse it and answers 50001
+    for handle in ("garbage", ""):
+        code, message, ((entry_code, entry_message),) = ack(handle)
+        assert (code, message, entry_code) == (50001, "INTERNAL_SERVER_ERROR", 50001)
+        assert entry_message.startswith("Parse failed, dataList size 1")
+        code, message = change(handle)
+        assert code == 50001 and message.startswith("Parse failed, dataList size 1")
+    # well formed, long past its time: 40013, "expired"
+    code, message, ((entry_code, entry_message),) = ack("1 2 3 4 5 6 7 8")
+    assert (code, message, entry_code) == (40013, "INVALID_RECEIPT_HANDLE", 40013)
+    assert entry_message.endswith("receipt handle is expired")
+
+
+def test_malformed_protobuf_and_unimplemented_rpcs(raw: Raw, broker5: Endpoint5) -> None:
+    with pytest.raises(grpc.RpcError) as bad:
+        raw.unary("QueryRoute", b"\xff\xff\xff\xff", pb.QueryRouteResponse)
+    assert bad.value.code() == grpc.StatusCode.UNKNOWN
+    with pytest.raises(grpc.RpcError) as missing:
+        raw.unary("PullMessage", b"", pb.QueryRouteResponse)
+    assert missing.value.code() == grpc.StatusCode.UNIMPLEMENTED
+    with pytest.raises(grpc.RpcError) as nothing:
+        raw.unary("NoSuchMethod", b"", pb.QueryRouteResponse)
+    assert nothing.value.code() == grpc.StatusCode.UNIMPLEMENTED
+    # and the server still answers
+    answer = raw.unary(
+        "QueryRoute", pb.QueryRouteRequest(topic=resource("NoSuchTopic_v5")), pb.QueryRouteResponse
+    )
+    assert answer.status.code == pb.TOPIC_NOT_FOUND
