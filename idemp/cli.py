@@ -64,6 +64,11 @@ def build_parser() -> argparse.ArgumentParser:
     history_tool.add_arguments(
         history_sub.add_parser("pull", help="pull topics (and retry/DLQ) into Parquet")
     )
+    from idemp.tools import admin as admin_tool
+
+    admin_tool.add_arguments(
+        sub.add_parser("admin", help="create topics and groups on a broker (as mqadmin)")
+    )
     from idemp import worker
 
     worker.add_arguments(
@@ -101,6 +106,10 @@ def main(argv: list[str] | None = None) -> int:
         from idemp.tools.history import run as run_history
 
         return run_history(args)
+    if args.command == "admin":
+        from idemp.tools.admin import run as run_admin
+
+        return run_admin(args)
     if args.command == "worker":
         from idemp.worker import run as run_worker
 

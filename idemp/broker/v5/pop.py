@@ -319,7 +319,17 @@ class PopService:
             out.append(Popped(msg, receipt, msg.reconsume_times + 1))
         state.next[key] = offset
         if offset != start:
-            self.store.offsets.commit(group, stored, qid, offset)
+            self._commit(group, state, stored, qid)
+
+    def _commit(self, group: str, state: _GroupTopic, stored: str, qid: int) -> None:
+        """The group's offset on a queue: up to its first message still invisible (RocketMQ
+        keeps checkpoints in its revive topic instead); after a broker restart, delivery
+        resumes there, so what was in flight comes again rather than being lost."""
+        nxt = state.next.get((stored, qid))
+        if nxt is None:
+            return
+        pending = [o for (t, q, o) in state.inflight if t == stored and q == qid]
+        self.store.offsets.commit(group, stored, qid, min([nxt, *pending]))
 
     def _pop_ordered(
         self,
@@ -450,6 +460,7 @@ class PopService:
             self.wake(topic)
         else:
             state.inflight.pop(key, None)
+            self._commit(group, state, key[0], key[1])
 
     def change_invisible(self, group: str, topic: str, handle: str, invisible_ms: int) -> Receipt:
         """A new handle, invisible for ``invisible_ms`` from now; the old one is void. The
@@ -557,10 +568,10 @@ class PopService:
             for key in expired:
                 held = state.inflight.pop(key)
                 msg = self.store.lookup(held.receipt.commit_log_offset)
-                if msg is None:
-                    continue
-                self._to_retry(group, topic, msg, held.reconsume + 1, now)
-                revived += 1
+                if msg is not None:
+                    self._to_retry(group, topic, msg, held.reconsume + 1, now)
+                    revived += 1
+                self._commit(group, state, key[0], key[1])
             for order in state.ordered.values():
                 if order.inflight and all(f.deadline <= now for f in order.inflight.values()):
                     self.wake(topic)  # the queue is free again: a waiting receive takes it
