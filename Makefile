@@ -120,7 +120,8 @@ $(JDBC_STAMP):
 demo: $(STAMP)
 	$(BIN)/python -m idemp demo
 
-bench: $(STAMP)
+# grpc5 compares with RocketMQ 5.3.3 when REALRMQ5_ENDPOINTS=<proxy grpc>,<broker> is set
+bench: $(STAMP) $(V5_STAMP)
 	$(BIN)/python -m benchmarks
 
 # FUZZ_SECONDS per target (3 targets: 15 minutes by default). The corpus grows in

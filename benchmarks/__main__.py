@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import sys
 
-from benchmarks import broker, endtoend, reconcile, runners, strategies
+from benchmarks import broker, endtoend, grpc5, reconcile, runners, strategies
 
 SUITES = {
     "broker": broker.main,
     "runners": runners.main,
     "strategies": strategies.main,
     "endtoend": endtoend.main,
+    "grpc5": grpc5.main,
     "reconcile": reconcile.main,
 }
 

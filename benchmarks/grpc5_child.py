@@ -1,0 +1,160 @@
+"""The RocketMQ 5 workload, run by benchmarks/grpc5.py in .cache/v5-venv (the official
+5.x client cannot share a venv with the 4.x wheel). Prints one JSON line of figures.
+
+    python grpc5_child.py '{"endpoint": ..., "topic": ..., "group": ..., "count": N}'
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+import threading
+import time
+from typing import Any
+
+from rocketmq import (
+    ClientConfiguration,
+    ConsumeResult,
+    Credentials,
+    FilterExpression,
+    Message,
+    MessageListener,
+    Producer,
+    PushConsumer,
+    SimpleConsumer,
+)
+
+BODY = b"x" * 1024
+
+
+def _message(topic: str, i: int) -> Message:
+    m = Message()
+    m.topic = topic
+    m.keys = f"k-{i}"
+    m.body = BODY
+    return m
+
+
+def send(producer: Producer, topic: str, count: int, threads: int) -> tuple[float, list[float]]:
+    per = [count // threads + (1 if t < count % threads else 0) for t in range(threads)]
+    latencies: list[list[float]] = [[] for _ in range(threads)]
+
+    def worker(t: int) -> None:
+        for i in range(per[t]):
+            began = time.perf_counter()
+            producer.send(_message(topic, i))
+            latencies[t].append((time.perf_counter() - began) * 1000)
+
+    began = time.perf_counter()
+    workers = [threading.Thread(target=worker, args=(t,)) for t in range(threads)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    return count / (time.perf_counter() - began), [x for lat in latencies for x in lat]
+
+
+def simple_receive(cfg: ClientConfiguration, topic: str, group: str, count: int) -> float:
+    consumer = SimpleConsumer(cfg, group, {topic: FilterExpression("*")}, 5)
+    consumer.startup()
+    time.sleep(1)  # RocketMQ answers "settings is null" until the settings arrived
+    got = 0
+    began = time.perf_counter()
+    deadline = time.monotonic() + 300
+    while got < count and time.monotonic() < deadline:
+        for m in consumer.receive(32, 30):
+            consumer.ack(m)
+            got += 1
+    elapsed = time.perf_counter() - began
+    consumer.shutdown()
+    return got / elapsed
+
+
+class _Counter(MessageListener):
+    def __init__(self) -> None:
+        self.n = 0
+        self.first = 0.0
+        self.last = 0.0
+        self.latencies: list[float] = []
+        self.lock = threading.Lock()
+
+    def consume(self, message: Message) -> ConsumeResult:
+        now = time.time()
+        with self.lock:
+            if not self.n:
+                self.first = time.perf_counter()
+            self.n += 1
+            self.last = time.perf_counter()
+            sent = message.properties.get("sent_at")
+            if sent:
+                self.latencies.append((now - float(sent)) * 1000)
+        return ConsumeResult.SUCCESS
+
+
+def push_consume(cfg: ClientConfiguration, topic: str, group: str, count: int) -> float:
+    counter = _Counter()
+    consumer = PushConsumer(cfg, group, counter, {topic: FilterExpression("*")})
+    consumer.startup()
+    deadline = time.monotonic() + 300
+    while counter.n < count and time.monotonic() < deadline:
+        time.sleep(0.05)  # the consumer works on its own threads; poll its count
+    consumer.shutdown()
+    return counter.n / max(counter.last - counter.first, 1e-9)
+
+
+def latency(
+    cfg: ClientConfiguration,
+    producer: Producer,
+    topic: str,
+    group: str,
+    rate: float,
+    seconds: float,
+) -> list[float]:
+    counter = _Counter()
+    consumer = PushConsumer(cfg, group, counter, {topic: FilterExpression("*")})
+    consumer.startup()
+    time.sleep(3)  # assignment and the first long poll in place before timing
+    n = int(rate * seconds)
+    for i in range(n):
+        m = _message(topic, i)
+        m.add_property("sent_at", repr(time.time()))
+        producer.send(m)
+        time.sleep(1 / rate)  # paced: latency at a modest rate, not under saturation
+    deadline = time.monotonic() + 60
+    while counter.n < n and time.monotonic() < deadline:
+        time.sleep(0.05)
+    consumer.shutdown()
+    return counter.latencies
+
+
+def pct(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def main() -> None:
+    spec: dict[str, Any] = json.loads(sys.argv[1])
+    cfg = ClientConfiguration(spec["endpoint"], Credentials(), request_timeout=10)
+    topic, count = spec["topic"], spec["count"]
+    producer = Producer(cfg, (topic, spec["latency_topic"]))
+    producer.startup()
+    producer.send(_message(topic, -1))  # routes and connection in place
+    out: dict[str, float] = {}
+    out["send_1_thread_msg_s"], lat1 = send(producer, topic, count, 1)
+    out["send_p50_ms"], out["send_p99_ms"] = pct(lat1, 0.5), pct(lat1, 0.99)
+    out["send_4_threads_msg_s"], _ = send(producer, topic, count, 4)
+    total = 2 * count + 1
+    out["simple_receive_ack_msg_s"] = simple_receive(cfg, topic, spec["group"] + "_s", total)
+    out["push_consume_msg_s"] = push_consume(cfg, topic, spec["group"] + "_p", total)
+    lats = latency(cfg, producer, spec["latency_topic"], spec["group"] + "_l", 50, 4)
+    out["e2e_p50_ms"], out["e2e_p99_ms"] = pct(lats, 0.5), pct(lats, 0.99)
+    out["e2e_mean_ms"] = statistics.fmean(lats) if lats else float("nan")
+    producer.shutdown()
+    print(json.dumps(out), flush=True)
+
+
+if __name__ == "__main__":
+    main()
