@@ -134,7 +134,7 @@ def run(count: int, real5: str | None) -> dict[str, dict[str, Any]]:
 def report(results: dict[str, dict[str, Any]]) -> str:
     columns = list(results)
     lines = [f"{'figure':28}" + "".join(f"{c:>22}" for c in columns)]
-    for key, lower in FIGURES:
+    for key, _ in FIGURES:
         row = f"{key:28}"
         for c in columns:
             value = results[c].get(key)
