@@ -112,3 +112,51 @@ def test_push_consumer_fifo_order_and_each_effect_once(
     assert len(effects) == 12
     assert result["stats"]["processed"] == 12
     assert result["stats"]["duplicates"] == 3
+
+
+def test_a_message_back_while_its_first_handler_runs_is_in_progress(
+    broker5: Endpoint5,
+    admin: RawClient,
+    client5: Callable[[], Client5],
+    names: Callable[[str], str],
+    tmp_path: Path,
+) -> None:
+    topic, group = names("T"), names("G")
+    assert admin.create_topic(topic, 1).code == 0
+    sender = client5()
+    sender.ok("producer", name="p", topics=[topic])
+    sender.ok("send", name="p", messages=[{"topic": topic, "body": json.dumps({"id": "slow-1"})}])
+    spec = {
+        "endpoint": broker5.grpc_addr,
+        "topic": topic,
+        "group": group,
+        "db": str(tmp_path / "effects.db"),
+        "slow_s": 14,
+        "within": 90,
+    }
+    log = tmp_path / "slow5.log"
+    with open(log, "a", encoding="utf-8") as err:
+        done = subprocess.run(
+            [str(v5_python()), str(CHILD.with_name("slow5.py")), json.dumps(spec)],
+            stdout=subprocess.PIPE,
+            stderr=err,
+            text=True,
+            timeout=180,
+            env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"},
+        )
+    assert done.returncode == 0, f"log: {log}"
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    stats = result["stats"]
+    # the handler ran once; the delivery that came back meanwhile was "in progress"
+    assert len(result["runs"]) == 1, result
+    assert stats["processed"] == 1 and stats["in_progress"] >= 1, stats
+    assert stats["duplicates"] == 1, stats
+    assert _effects_ids(tmp_path / "effects.db") == ["slow-1"]
+
+
+def _effects_ids(db: Path) -> list[str]:
+    engine = sa.create_engine(f"sqlite:///{db}")
+    with engine.connect() as conn:
+        ids = [r[0] for r in conn.execute(sa.text("SELECT id FROM effects"))]
+    engine.dispose()
+    return ids
