@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -100,6 +101,62 @@ def listener(fn: Callable[[Message], Any], *, group: str) -> Any:
             return Result5.FAILURE
 
     return IdempListener()
+
+
+class PushRunner:
+    """A decorated listener on the 5.x ``PushConsumer``, with the start/shutdown of idemp's
+    runners, for ``App`` listeners declared with ``protocol="grpc"``."""
+
+    def __init__(
+        self, fn: Callable[[Message], Any], *, group: str, endpoint: str, threads: int | None
+    ) -> None:
+        self.group = _check_group(group, "PushRunner")
+        self.endpoint = endpoint
+        self.threads = threads
+        self.subscriptions: dict[str, str] = {}
+        self.consumer: Any = None
+        self._busy = 0
+        self._lock = threading.Lock()
+
+        def counted(message: Message) -> Any:
+            with self._lock:
+                self._busy += 1
+            try:
+                return fn(message)
+            finally:
+                with self._lock:
+                    self._busy -= 1
+
+        self._fn = counted
+
+    def subscribe(self, topic: str, tags: str = "*") -> None:
+        self.subscriptions[topic] = tags
+
+    def start(self) -> None:
+        from rocketmq import ClientConfiguration, Credentials, FilterExpression, PushConsumer
+
+        config = ClientConfiguration(self.endpoint, Credentials())
+        subs = {t: FilterExpression(e) for t, e in self.subscriptions.items()}
+        options = {} if self.threads is None else {"consumption_thread_count": self.threads}
+        consumer = PushConsumer(
+            config, self.group, listener(self._fn, group=self.group), subs, **options
+        )
+        consumer.startup()
+        self.consumer = consumer
+
+    def in_flight(self) -> int:
+        return self._busy
+
+    def shutdown(self, timeout: float = 30.0) -> None:
+        """Stop receiving and wait up to ``timeout`` seconds for running handlers; what is
+        received and not acked becomes visible again at the broker (not lost)."""
+        consumer, self.consumer = self.consumer, None
+        if consumer is None:
+            return
+        deadline = time.monotonic() + timeout
+        while self._busy and time.monotonic() < deadline:
+            time.sleep(0.05)  # the handlers run on the client's threads
+        consumer.shutdown()
 
 
 def consume(

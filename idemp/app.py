@@ -19,6 +19,7 @@ foreground with health, readiness and metrics over HTTP (:mod:`idemp.worker`).
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import logging
 import threading
@@ -55,8 +56,9 @@ class ListenerSpec:
     threads: int | None = None
     batch_size: int = 1
     consume_from: ConsumeFrom = ConsumeFrom.LAST_OFFSET
+    protocol: str = "remoting"  # or "grpc": RocketMQ 5's official client, POP
     listener: Any = None  # the decorated listener that runs
-    runner: ConcurrentRunner | OrderlyRunner | None = None
+    runner: Any = None  # a ConcurrentRunner, an OrderlyRunner, or rocketmq5.PushRunner
     latency: Any = None  # set by the worker: a histogram child, or None
     started: bool = False
     strategies: list[Strategy] = field(default_factory=list)  # built here: closed at stop
@@ -65,8 +67,8 @@ class ListenerSpec:
         """Messages stored in the broker and not yet consumed by this instance's queues
         (the broker's max offset, from the last pull, minus the consumed offset)."""
         runner = self.runner
-        if runner is None:
-            return 0
+        if runner is None or self.protocol == "grpc":
+            return 0  # POP: the broker, not this instance, knows what is left
         consumer = runner.consumer
         total = 0
         for mq, pq in list(consumer.process_queues.items()):
@@ -78,8 +80,8 @@ class ListenerSpec:
     def queues_held(self) -> int:
         """Queues this instance consumes (orderly: those it holds the broker's lock of)."""
         runner = self.runner
-        if runner is None:
-            return 0
+        if runner is None or self.protocol == "grpc":
+            return 0  # POP: no queue belongs to an instance
         pqs = list(runner.consumer.process_queues.values())
         return sum(1 for pq in pqs if pq.locked and not pq.dropped) if self.orderly else len(pqs)
 
@@ -87,6 +89,8 @@ class ListenerSpec:
         runner = self.runner
         if runner is None:
             return 0
+        if self.protocol == "grpc":
+            return int(runner.in_flight())
         return sum(pq.msg_count for pq in list(runner.consumer.process_queues.values()))
 
 
@@ -100,8 +104,10 @@ class App:
         namesrv_addr: str | None = None,
         settings: IdempSettings | None = None,
         client: ClientSettings | None = None,
+        endpoint: str | None = None,
     ) -> None:
         self.name = name
+        self._endpoint = endpoint
         self._settings = settings
         self._namesrv = namesrv_addr
         self._client = client
@@ -130,14 +136,26 @@ class App:
         batch_size: int = 1,
         name: str | None = None,
         consume_from: ConsumeFrom = ConsumeFrom.LAST_OFFSET,
+        protocol: str = "remoting",
     ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
         """Declare a listener: ``topic``, ``tags`` (a tag expression), consumer ``group``,
         ``orderly`` (per-queue order, the broker's queue locks) or concurrent, ``key`` and
         ``strategy`` (an object, a URL, or a configured name; default: the listener's name
         if the settings configure it, else the global backend), ``threads`` (the runner's
-        consume threads), ``batch_size`` (messages per hand-off). The function is returned
-        unchanged, so it can still be called directly."""
+        consume threads), ``batch_size`` (messages per hand-off). ``protocol="grpc"`` runs
+        it on RocketMQ 5's official client (``PushConsumer``, the ``rocketmq5`` extra)
+        against the proxy at ``App(endpoint=...)``/``IDEMP_ENDPOINT``: order comes from a
+        FIFO group there, not from ``orderly``. The function is returned unchanged, so it
+        can still be called directly."""
         check_group(f"listener on {topic}", group)
+        if protocol not in ("remoting", "grpc"):
+            raise ValueError(f"listener on {topic}: protocol {protocol!r} is not remoting or grpc")
+        if protocol == "grpc" and (orderly or batch_size != 1):
+            raise ValueError(
+                f"listener on {topic}: protocol='grpc' consumes by POP; per-group order comes "
+                "from a FIFO consumer group (idemp admin update-sub-group --fifo), not "
+                "orderly=, and messages are handed over one at a time (no batch_size)"
+            )
 
         def register(fn: Callable[..., Any]) -> Callable[..., Any]:
             label = name or getattr(fn, "name", None) or fn.__name__
@@ -156,6 +174,7 @@ class App:
                     threads,
                     batch_size,
                     consume_from,
+                    protocol,
                 )
             )
             return fn
@@ -191,6 +210,18 @@ class App:
                 key=spec.key, strategy=strategy, group=spec.group, name=spec.name
             )(spec.fn)
         spec.listener = _timed(listener, spec)
+        if spec.protocol == "grpc":
+            # the adapters live outside this package's folder (mypy and the import graph
+            # see idemp/ alone): imported by name, when a grpc listener is built
+            adapter = importlib.import_module("idemp.adapters.rocketmq5")
+            spec.runner = adapter.PushRunner(
+                spec.listener,
+                group=spec.group,
+                endpoint=self._grpc_endpoint(),
+                threads=spec.threads,
+            )
+            spec.runner.subscribe(spec.topic, spec.tags)
+            return
         consumer = ConsumerSettings(group=spec.group, consume_from=spec.consume_from)
         if spec.threads is not None:
             consumer.consume_thread_count = spec.threads
@@ -210,6 +241,15 @@ class App:
                 "or give the worker --namesrv"
             )
         return ClientSettings(namesrv_addr=addr)
+
+    def _grpc_endpoint(self) -> str:
+        addr = self._endpoint or self.settings.endpoint
+        if not addr:
+            raise ValueError(
+                f"{self.name}: no RocketMQ 5 endpoint for protocol='grpc' listeners: pass "
+                "App(endpoint=...), set IDEMP_ENDPOINT or give the worker --endpoint"
+            )
+        return addr
 
     def build(self) -> None:
         """Resolve every listener's strategy, check its store, build its runner, without
@@ -241,7 +281,11 @@ class App:
                         spec.name,
                         spec.topic,
                         spec.group,
-                        "orderly" if spec.orderly else "concurrent",
+                        "grpc"
+                        if spec.protocol == "grpc"
+                        else "orderly"
+                        if spec.orderly
+                        else "concurrent",
                     )
             except BaseException:
                 self._stop_runners(30.0)

@@ -82,6 +82,7 @@ class IdempSettings(BaseSettings):
     lock_timeout_s: float = Field(default=5.0, gt=0)
     listeners: dict[str, ListenerSettings] = Field(default_factory=dict)
     namesrv: str | None = None  # the nameserver an App's listeners consume from
+    endpoint: str | None = None  # the RocketMQ 5 proxy (gRPC) of an App's grpc listeners
 
     toml_path: ClassVar[Path | None] = None  # set by from_toml on a throw-away subclass
 

@@ -36,6 +36,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("app", metavar="MODULE:APP", help="where the App object is, e.g. svc:app")
     p.add_argument("--namesrv", help="nameserver host:port (else IDEMP_NAMESRV or the App's)")
     p.add_argument(
+        "--endpoint",
+        help="RocketMQ 5 proxy host:port for protocol='grpc' listeners (else IDEMP_ENDPOINT)",
+    )
+    p.add_argument(
         "--http-port",
         type=int,
         help="serve /livez, /readyz and /metrics on this port (0 picks a free one)",
@@ -156,6 +160,8 @@ def run(args: argparse.Namespace) -> int:
         app = load_app(args.app)
         if args.namesrv:
             app._namesrv = args.namesrv
+        if args.endpoint:
+            app._endpoint = args.endpoint
         metrics = _metrics(app)
         server = (
             serve_http(app, args.http_host, args.http_port, metrics)
