@@ -92,7 +92,7 @@ V5_STAMP := $(V5_VENV)/.installed
 $(V5_STAMP): pyproject.toml setup.py $(STAMP)
 	rm -rf $(V5_VENV)
 	$(PYTHON) -m venv $(V5_VENV)
-	$(BIN)/uv pip install --python $(V5_VENV)/bin/python -e '.[rocketmq5]'
+	$(BIN)/uv pip install --python $(V5_VENV)/bin/python -e '.[rocketmq5,postgres]'
 	touch $@
 
 v5-venv: $(V5_STAMP)
@@ -140,7 +140,7 @@ fuzz: $(STAMP)
 # The full chaos run (docs/reliability.md): 100,000 messages, 12 consumer SIGKILLs, 3 broker
 # SIGKILLs, Redis and PostgreSQL restarts. A failing seed replays with CHAOS_ARGS='--seed N'.
 CHAOS_ARGS ?=
-chaos: $(STAMP)
+chaos: $(STAMP) $(V5_STAMP)
 	$(BIN)/python -m chaos $(CHAOS_ARGS)
 
 # 30 minutes of steady produce/consume with the decorators on (SOAK_ARGS='--minutes 60').

@@ -25,11 +25,25 @@ from pathlib import Path
 import sqlalchemy as sa
 
 from chaos.app import DEDUP_TABLE, EFFECTS, REDIS_PREFIX
-from chaos.scenario import PAY_GROUP, PAY_TOPIC, RIDES_GROUP, RIDES_TOPIC, SEQ_GROUP, SEQ_TOPIC
+from chaos.scenario import (
+    PAY5_GROUP,
+    PAY5_TOPIC,
+    PAY_GROUP,
+    PAY_TOPIC,
+    RIDES_GROUP,
+    RIDES_TOPIC,
+    SEQ_GROUP,
+    SEQ_TOPIC,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 RECONCILE_TIMEOUT_S = 1800.0
-SUBSCRIPTIONS = ((PAY_TOPIC, PAY_GROUP), (SEQ_TOPIC, SEQ_GROUP), (RIDES_TOPIC, RIDES_GROUP))
+SUBSCRIPTIONS = (
+    (PAY_TOPIC, PAY_GROUP),
+    (SEQ_TOPIC, SEQ_GROUP),
+    (RIDES_TOPIC, RIDES_GROUP),
+    (PAY5_TOPIC, PAY5_GROUP),
+)
 
 
 @dataclass

@@ -40,6 +40,7 @@ from chaos.scenario import (
     ADD,
     BROKER,
     KILL,
+    PAY5_TOPIC,
     PAY_TOPIC,
     POSTGRES,
     REDIS,
@@ -52,11 +53,14 @@ from chaos.scenario import (
     make_plan,
 )
 from idemp.broker.process import die_with_parent, kill_process, stop_process
+from idemp.tools.admin import update_topic
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKER_START_S = 120.0  # a worker imports SQLAlchemy, redis, the client: slow on a busy box
 SEND_GIVE_UP_S = 180.0  # a send retried for this long means the broker is not coming back
 POLL_S = 0.2  # progress polling period (a bound, not a synchronisation)
+V5_SLOT = 10  # the RocketMQ 5 consumer's slot (killed and replaced like the others)
+V5_PYTHON = ROOT / ".cache" / "v5-venv" / "bin" / "python"  # make v5-venv
 BROKER_PROPERTIES = {
     "flushDiskType": "SYNC_FLUSH",
     "messageDelayLevel": " ".join(["1s"] * 18),  # a reconsumed message is back after 1 s
@@ -349,7 +353,7 @@ def run(
     figures = Figures(seed, plan.messages, duplicates_sent=plan.duplicates)
     say(
         f"chaos: {plan.messages} messages (+{plan.duplicates} producer duplicates) over "
-        f"{PAY_TOPIC}/{SEQ_TOPIC}/{RIDES_TOPIC}; faults: "
+        f"{PAY_TOPIC}/{SEQ_TOPIC}/{RIDES_TOPIC}/{PAY5_TOPIC} (RocketMQ 5 client); faults: "
         + ", ".join(f"{f.kind}@{f.at:.2f}" for f in plan.faults)
     )
     stats_dir = workdir / "stats"
@@ -371,6 +375,12 @@ def run(
         def spawn(slot: int) -> Worker:
             incarnation[0] += 1
             n = incarnation[0]
+            if slot == V5_SLOT:
+                cmd = [str(V5_PYTHON), "-m", "chaos.worker5", "--endpoint", broker.grpc_addr]
+                cmd += ["--pg", pg.url, "--stats", str(stats_dir / f"{n}.json")]
+                w = Worker(slot, cmd, stats_dir / f"{n}.json", workdir / f"worker-{n}.log")
+                workers[slot] = w.start()
+                return w
             cmd = [
                 sys.executable,
                 "-m",
@@ -388,9 +398,14 @@ def run(
             workers[slot] = w
             return w
 
-        for slot in range(3):
+        # RocketMQ 5 clients need the topic before they subscribe (no auto-creation)
+        update_topic(broker.broker_addr, PAY5_TOPIC, 4)
+        for slot in (0, 1, 2, V5_SLOT):
             spawn(slot)
-        say(f"  broker, PostgreSQL, Redis and 3 consumers up in {time.monotonic() - started:.1f}s")
+        say(
+            f"  broker, PostgreSQL, Redis and 3 consumers + 1 RocketMQ 5 consumer up in "
+            f"{time.monotonic() - started:.1f}s"
+        )
         producers = Producers(broker.namesrv_addr, plan, rate)
         producers.start()
 

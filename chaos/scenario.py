@@ -12,6 +12,10 @@ Three topics, one consumer group each, one strategy each:
 * ``ChaosRides`` (concurrent): ride-hailing order transitions; ``@guarded`` by the ride
   state machine with the optimistic-version strategy (version row, state row and effect
   row in one PostgreSQL transaction).
+* ``ChaosPay5``: payments consumed by RocketMQ 5's official client (a PushConsumer in a
+  process of its own, POP over the broker's gRPC endpoint), sent by the same 4.x
+  producer; unique-key table on PostgreSQL in transactional mode. Its process is among
+  those the consumer kills pick.
 
 Faults are placed at points of the consumption progress (share of expected effects
 applied), so the same seed gives the same faults in the same order, whatever the speed.
@@ -29,6 +33,8 @@ RIDES_TOPIC = "ChaosRides"
 PAY_GROUP = "chaos-pay"
 SEQ_GROUP = "chaos-seq"
 RIDES_GROUP = "chaos-rides"
+PAY5_TOPIC = "ChaosPay5"
+PAY5_GROUP = "chaos-pay5"
 
 RIDE_STATES: tuple[str, ...] = (
     "created",
@@ -69,6 +75,7 @@ class Plan:
     pay: list[Send] = field(default_factory=list)
     seq: list[Send] = field(default_factory=list)
     rides: list[Send] = field(default_factory=list)
+    pay5: list[Send] = field(default_factory=list)
     faults: list[Fault] = field(default_factory=list)
     streams: int = 0
     orders: int = 0
@@ -76,7 +83,7 @@ class Plan:
     @property
     def lanes(self) -> list[list[Send]]:
         """One producer thread per topic: a lane's sends go out in this order."""
-        return [self.pay, self.seq, self.rides]
+        return [self.pay, self.seq, self.rides, self.pay5]
 
     @property
     def messages(self) -> int:
@@ -106,15 +113,19 @@ def make_plan(
     duplicate_rate: float = 0.02,
     stream_length: int = 40,
 ) -> Plan:
-    """``messages`` business messages: 40 % payments, 30 % stream events, 30 % ride
-    transitions (rounded to whole streams and orders), ``duplicate_rate`` of them sent twice."""
+    """``messages`` business messages: 30 % payments, 10 % payments for the 5.x consumer,
+    30 % stream events, 30 % ride transitions (rounded to whole streams and orders),
+    ``duplicate_rate`` of them sent twice."""
     if messages < 100:
         raise ValueError("at least 100 messages")
     rng = random.Random(seed)
     plan = Plan(seed)
-    n_pay = messages * 4 // 10
+    n_pay5 = messages // 10
+    n_pay = messages * 4 // 10 - n_pay5
     plan.streams = max(4, (messages * 3 // 10) // stream_length)
-    plan.orders = max(4, (messages - n_pay - plan.streams * stream_length) // len(RIDE_STATES))
+    plan.orders = max(
+        4, (messages - n_pay - n_pay5 - plan.streams * stream_length) // len(RIDE_STATES)
+    )
 
     def emit(lane: list[Send], send: Send) -> None:
         lane.append(send)
@@ -124,6 +135,9 @@ def make_plan(
     for i in range(n_pay):
         key = f"pay-{i}"
         emit(plan.pay, Send(PAY_TOPIC, key, _body(id=key, cents=rng.randint(1, 99_999)), None))
+    for i in range(n_pay5):
+        key = f"pay5-{i}"
+        emit(plan.pay5, Send(PAY5_TOPIC, key, _body(id=key, cents=rng.randint(1, 99_999)), None))
     # Streams interleaved at random, each stream's events in order.
     cursors = [0] * plan.streams
     live = list(range(plan.streams))

@@ -62,6 +62,8 @@ class BrokerConfig:
     # turns it off. A broker on a free port (listenPort=0, as tests start it) takes a free
     # gRPC port too instead of the default 8081, so two such brokers never collide.
     grpcServerPort: int = DEFAULT_GRPC_PORT
+    # the proxy's minInvisibleTimeMillsForRecv: a receive asking less is refused (40011)
+    minInvisibleTimeMillsForRecv: int = 10_000
 
     @property
     def grpc_port(self) -> int:

@@ -109,3 +109,15 @@ def test_malformed_and_forged_handles(store: MessageStore) -> None:
         service.ack("G", "T", "1 2 3 0 0 broker-a x 7 9")
     forged = Receipt(0, int(time.time() * 1000), 60_000, "0", "broker-a", 0, 99, 0)
     service.ack("G", "T", forged.encode())  # nothing invisible under it: accepted
+
+
+def test_a_popped_message_never_handed_over_is_visible_again_at_once(
+    store: MessageStore,
+) -> None:
+    service = PopService(store, "broker-a")
+    _put(store, b"lost in transit")
+    (item,) = _pop(service, 60_000, renew_for="client-1")
+    service.release("G", "T", [item.receipt])  # the receive call broke before sending it
+    assert service.revive() == 1
+    (again,) = _pop(service, 60_000)
+    assert (again.message.body, again.attempt) == (b"lost in transit", 1)

@@ -3,7 +3,7 @@ a child process of .cache/v5-venv (see test_adapter.py).
 
     python slow5.py '{"endpoint": ..., "topic": ..., "group": ..., "db": ..., "within": s}'
 
-The first handler of the key sleeps ``slow_s`` (longer than the 10 s invisible duration)
+The first handler of the key sleeps ``slow_s`` (longer than the invisible duration)
 before its effect: the message becomes visible again and the other consumer receives it
 while the first still works. The claim (deadline 60 s) makes that delivery "in progress",
 so it is neither acked nor run; after the first commits, a later delivery is a duplicate.
@@ -58,7 +58,12 @@ def main() -> None:
         c = SimpleConsumer(cfg, spec["group"], {spec["topic"]: FilterExpression("*")}, 5)
         c.startup()
         counts[name] = rocketmq5.consume(
-            c, handle, group=spec["group"], invisible_duration=10, max_messages=1, stop=stop
+            c,
+            handle,
+            group=spec["group"],
+            invisible_duration=spec["invisible"],
+            max_messages=1,
+            stop=stop,
         )
         c.shutdown()
 

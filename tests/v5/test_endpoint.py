@@ -71,3 +71,19 @@ def test_messages_in_flight_when_the_broker_stops_come_back(
     # at least once, and the decorators make it a duplicate)
     bodies = sorted(m["body"] for m in again)
     assert {"m1", "m3"} <= set(bodies) <= {"m1", "m2", "m3"}
+
+
+def test_the_default_minimum_invisible_time_is_rocketmqs(
+    make_broker: Callable[..., BrokerProcess], tmp_path: Path
+) -> None:
+    broker = make_broker()  # minInvisibleTimeMillsForRecv left at its default
+    with RawClient(broker.broker_addr) as admin:
+        assert admin.create_topic("Min5", 1).code == 0
+    client = Client5(broker.grpc_addr, tmp_path / "client5.log")
+    try:
+        client.ok("simple", name="c", group="G5", subs={"Min5": "*"}, **{"await": 5})
+        answer = client.call("receive", name="c", max=16, invisible=9)
+    finally:
+        client.close()
+    assert (answer["ok"], answer["code"]) == (False, 40011)
+    assert "the invisibleTime is too small. min is 10000" in answer["message"]

@@ -14,10 +14,11 @@ from typing import Any
 from idemp.broker.v5.service import consistent_hash, java_hash
 from tests.broker.rawclient import RawClient
 
-from .conftest import Client5
+from .conftest import Client5, Endpoint5
 
 QUEUES = 4
-INVISIBLE_S = 10
+# long enough for the few requests a test makes while a group must stay blocked
+FIFO_INVISIBLE_S = 6
 
 
 def _groups_in_distinct_queues(n: int) -> list[str]:
@@ -40,17 +41,21 @@ def _fifo(admin: RawClient, client: Client5, names: Callable[[str], str]) -> tup
     return topic, group
 
 
-def _receive(client: Client5, want: int, deadline_s: float) -> list[dict[str, Any]]:
+def _receive(client: Client5, want: int, deadline_s: float, inv: int) -> list[dict[str, Any]]:
     got: list[dict[str, Any]] = []
     deadline = time.monotonic() + deadline_s
     while len(got) < want and time.monotonic() < deadline:
-        got += client.ok("receive", name="c", max=32, invisible=INVISIBLE_S)["messages"]
+        got += client.ok("receive", name="c", max=32, invisible=inv)["messages"]
     return got
 
 
 def test_group_order_and_an_unacked_message_blocks_only_its_group(
-    admin: RawClient, client5: Callable[[], Client5], names: Callable[[str], str]
+    broker5: Endpoint5,
+    admin: RawClient,
+    client5: Callable[[], Client5],
+    names: Callable[[str], str],
 ) -> None:
+    inv = max(broker5.invisible_s, FIFO_INVISIBLE_S)
     client = client5()
     topic, _ = _fifo(admin, client, names)
     g1, g2 = _groups_in_distinct_queues(2)
@@ -58,7 +63,7 @@ def test_group_order_and_an_unacked_message_blocks_only_its_group(
         {"topic": topic, "body": f"{g}:{i}", "message_group": g} for i in range(3) for g in (g1, g2)
     ]
     client.ok("send", name="p", messages=msgs)
-    first = _receive(client, 6, 30)
+    first = _receive(client, 6, 30, inv)
     assert [m["body"] for m in first if m["message_group"] == g1] == [f"{g1}:{i}" for i in range(3)]
     assert [m["body"] for m in first if m["message_group"] == g2] == [f"{g2}:{i}" for i in range(3)]
     assert all(m["delivery_attempt"] == 1 for m in first)
@@ -74,23 +79,27 @@ def test_group_order_and_an_unacked_message_blocks_only_its_group(
             {"topic": topic, "body": f"{g2}:3", "message_group": g2},
         ],
     )
-    second = _receive(client, 1, 30)
+    second = _receive(client, 1, 30, inv)
     assert [m["body"] for m in second] == [f"{g2}:3"]
     client.ok("ack", name="c", ref=second[0]["ref"])
     # after its invisible time g1 comes back from its first unacked message, in order
-    again = _receive(client, 4, INVISIBLE_S + 15)
+    again = _receive(client, 4, inv + 15, inv)
     assert [m["body"] for m in again] == [f"{g1}:{i}" for i in range(4)]
     # one count per queue: the batch holds g1:3's first delivery, so all say attempt 1
     assert [m["delivery_attempt"] for m in again] == [1, 1, 1, 1]
     blocked_since = min(m["at"] for m in first if m["message_group"] == g1)
-    assert min(m["at"] for m in again) - blocked_since >= INVISIBLE_S
+    assert min(m["at"] for m in again) - blocked_since >= inv
     for m in again:
         client.ok("ack", name="c", ref=m["ref"])
 
 
 def test_a_batch_handed_out_again_counts_the_attempt(
-    admin: RawClient, client5: Callable[[], Client5], names: Callable[[str], str]
+    broker5: Endpoint5,
+    admin: RawClient,
+    client5: Callable[[], Client5],
+    names: Callable[[str], str],
 ) -> None:
+    inv = max(broker5.invisible_s, FIFO_INVISIBLE_S)
     client = client5()
     topic, _ = _fifo(admin, client, names)
     (g1,) = _groups_in_distinct_queues(1)
@@ -99,17 +108,17 @@ def test_a_batch_handed_out_again_counts_the_attempt(
         name="p",
         messages=[{"topic": topic, "body": f"{g1}:{i}", "message_group": g1} for i in range(2)],
     )
-    first = _receive(client, 2, 30)
+    first = _receive(client, 2, 30, inv)
     assert [(m["body"], m["delivery_attempt"]) for m in first] == [(f"{g1}:0", 1), (f"{g1}:1", 1)]
-    again = _receive(client, 2, INVISIBLE_S + 15)
+    again = _receive(client, 2, inv + 15, inv)
     assert [(m["body"], m["delivery_attempt"]) for m in again] == [(f"{g1}:0", 2), (f"{g1}:1", 2)]
-    assert again[0]["at"] - first[0]["at"] >= INVISIBLE_S
+    assert again[0]["at"] - first[0]["at"] >= inv
     client.ok("ack", name="c", ref=again[0]["ref"])
     # the first acked, the second still invisible: nothing else of the group comes
     client.ok("send", name="p", messages=[{"topic": topic, "body": f"{g1}:2", "message_group": g1}])
-    third = _receive(client, 2, INVISIBLE_S + 15)
+    third = _receive(client, 2, inv + 15, inv)
     assert [(m["body"], m["delivery_attempt"]) for m in third] == [(f"{g1}:1", 1), (f"{g1}:2", 1)]
-    assert third[0]["at"] - again[0]["at"] >= INVISIBLE_S
+    assert third[0]["at"] - again[0]["at"] >= inv
 
 
 def test_a_message_of_the_wrong_type_is_refused(

@@ -549,6 +549,22 @@ class PopService:
                 held.client = None
         return renewed
 
+    def release(self, group: str, topic: str, receipts: list[Receipt]) -> None:
+        """Popped but never handed over: visible again now (the next revive or FIFO
+        receive takes them), with this delivery not counted."""
+        now = int(time.time() * 1000)
+        for receipt in receipts:
+            found = self._find(group, topic, receipt)
+            if found is not None:
+                found[2].client = None
+                found[2].deadline = now
+                if (
+                    found[1][0] != topic
+                    or receipt.offset
+                    not in (found[0].ordered.get(receipt.queue_id) or _Ordered(0)).inflight
+                ):
+                    found[2].reconsume -= 1  # revive adds one: this delivery never happened
+
     def release_client(self, client: str) -> None:
         """A client left: its auto-renewed messages come back shortly (the proxy changes
         their invisible time to invisibleTimeMillisWhenClear)."""

@@ -37,7 +37,6 @@ log = logging.getLogger("idemp.broker.v5")
 # ProxyConfig defaults of RocketMQ 5.3.3
 MIN_LONG_POLL_MS = 5_000
 MAX_LONG_POLL_MS = 20_000
-MIN_INVISIBLE_MS = 10_000
 MAX_INVISIBLE_MS = 12 * 3600 * 1000
 RECEIVE_BATCH = 32
 CLIENT_EXPIRY_S = 120  # the proxy's channelExpiredTimeout
@@ -604,10 +603,11 @@ class MessagingService:
             invisible = _ms(request.invisible_duration)
             if request.auto_renew:
                 invisible = 60_000  # defaultInvisibleTimeMills; the proxy renews it
-            elif invisible < MIN_INVISIBLE_MS:
+            elif invisible < self.broker.config.minInvisibleTimeMillsForRecv:
+                minimum = self.broker.config.minInvisibleTimeMillsForRecv
                 raise RequestError(
                     Code.ILLEGAL_INVISIBLE_TIME,
-                    f"the invisibleTime is too small. min is {MIN_INVISIBLE_MS}",
+                    f"the invisibleTime is too small. min is {minimum}",
                 )
             elif invisible > MAX_INVISIBLE_MS:
                 raise RequestError(
@@ -648,11 +648,19 @@ class MessagingService:
                 )
                 return
             await self.pop.wait(topic, min(left, 1.0))
-        yield pb.ReceiveMessageResponse(status=status(Code.OK))
-        for item in popped:
-            yield pb.ReceiveMessageResponse(
-                message=to_proto(item.message, namespace, item.receipt.encode(), item.attempt)
-            )
+        sent = 0
+        try:
+            yield pb.ReceiveMessageResponse(status=status(Code.OK))
+            for item in popped:
+                yield pb.ReceiveMessageResponse(
+                    message=to_proto(item.message, namespace, item.receipt.encode(), item.attempt)
+                )
+                sent += 1
+        except BaseException:
+            # the call ended under us (the client went away): what it never got is
+            # visible again at once instead of after its invisible time
+            self.pop.release(gcfg.groupName, topic, [p.receipt for p in popped[sent:]])
+            raise
 
     async def ack_message(self, request: Any, context: Any) -> Any:
         try:
