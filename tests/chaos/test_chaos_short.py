@@ -1,9 +1,10 @@
 """The chaos suite, short: ``chaos.run`` with 1,200 messages and one of every fault.
 
 Real processes throughout: idemp's broker (SYNC_FLUSH), PostgreSQL, Redis, three
-consumer processes and one of RocketMQ 5's official client (POP over gRPC). Faults fire at seeded points of the consumption progress: 3 consumers
-SIGKILLed (and replaced), a consumer added and removed, the broker SIGKILLed and
-restarted, Redis (empty) and PostgreSQL restarted.
+consumer processes and one of RocketMQ 5's official client (POP over gRPC). Faults fire
+at seeded points of the consumption progress: 3 consumers SIGKILLed (and replaced), a
+consumer added and removed, the broker SIGKILLed and restarted, Redis (empty) and
+PostgreSQL restarted.
 
 Why the verdict cannot depend on timing: the faults are placed by progress (effects
 applied), not by the clock, and all must have fired before the run may complete; the run
