@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
+# The test process talks gRPC (tests/v5's raw calls, the grpc5 fuzz harness) and forks
+# child processes (brokers, clients) all along. With gRPC's fork support on, its fork
+# handlers restart its poller in the forked child, where subprocess has already closed
+# the epoll fd before exec: the child aborts ("epoll_wait error: Bad file descriptor",
+# grpc/grpc#43157) and a broker "did not start". Off before grpc is first imported.
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "0")
 
-from tests.servers import PostgresServer, RedisClusterServer, RedisServer
+import pytest  # noqa: E402
+
+from tests.servers import PostgresServer, RedisClusterServer, RedisServer  # noqa: E402
 
 
 @pytest.fixture(scope="session")
