@@ -14,10 +14,38 @@ from idemp.remoting.codes import SCHEDULE_TOPIC, Prop
 
 if TYPE_CHECKING:
     from .context import Broker
+    from .store import MessageStore
 
 log = logging.getLogger("idemp.broker.schedule")
 STATE_FILE = "delayOffset.json"
 MAX_IDLE_WAIT_S = 5.0
+
+
+def restore_real(store: MessageStore, msg: MessageExt, who: str) -> None:
+    """Store a parked message (a delay level's or a timer's) again under its real topic
+    and queue (REAL_TOPIC/REAL_QID). The stored property string keeps DELAY/REAL_*, as
+    RocketMQ's does."""
+    real_topic = msg.properties.get(Prop.REAL_TOPIC)
+    if not real_topic:
+        log.warning("%s: message at %d has no REAL_TOPIC; dropped", who, msg.commit_log_offset)
+        return
+    try:
+        real_qid = int(msg.properties.get(Prop.REAL_QID, "0"))
+    except ValueError:
+        real_qid = 0
+    out = MessageExt(
+        topic=real_topic,
+        queue_id=real_qid,
+        body=msg.body,
+        flag=msg.flag,
+        properties=dict(msg.properties),
+        sys_flag=msg.sys_flag,
+        born_timestamp=msg.born_timestamp,
+        born_host=msg.born_host,
+        reconsume_times=msg.reconsume_times,
+        prepared_transaction_offset=msg.prepared_transaction_offset,
+    )
+    store.put(out, keep_wait=True, apply_delay=False)
 
 
 class ScheduleService:
@@ -73,28 +101,7 @@ class ScheduleService:
     def _restore(self, msg: MessageExt) -> None:
         store = self.server.store
         assert store is not None
-        real_topic = msg.properties.get(Prop.REAL_TOPIC)
-        try:
-            real_qid = int(msg.properties.get(Prop.REAL_QID, "0"))
-        except ValueError:
-            real_qid = 0
-        if not real_topic:
-            log.warning("schedule: message at %d has no REAL_TOPIC; dropped", msg.commit_log_offset)
-            return
-        out = MessageExt(
-            topic=real_topic,
-            queue_id=real_qid,
-            body=msg.body,
-            flag=msg.flag,
-            properties=dict(msg.properties),
-            sys_flag=msg.sys_flag,
-            born_timestamp=msg.born_timestamp,
-            born_host=msg.born_host,
-            reconsume_times=msg.reconsume_times,
-            prepared_transaction_offset=msg.prepared_transaction_offset,
-        )
-        # The stored property string keeps DELAY/REAL_*, as RocketMQ's does.
-        store.put(out, keep_wait=True, apply_delay=False)
+        restore_real(store, msg, "schedule")
 
     async def run(self) -> None:
         store = self.server.store

@@ -12,19 +12,15 @@ from __future__ import annotations
 
 import asyncio
 import heapq
-import logging
 import time
 from typing import TYPE_CHECKING
 
-from idemp.remoting import MessageExt
-from idemp.remoting.codes import Prop
-
+from .schedule import restore_real
 from .store import TIMER_TOPIC
 
 if TYPE_CHECKING:
     from .context import Broker
 
-log = logging.getLogger("idemp.broker.timer")
 STATE_FILE = "timerProgress.json"
 MAX_IDLE_WAIT_S = 5.0
 
@@ -62,7 +58,7 @@ class TimerService:
             if cq is not None and offset >= cq.min_offset:
                 msg = store.lookup(cq.phy[offset])
                 if msg is not None:
-                    self._restore(msg)
+                    restore_real(store, msg, "timer")
                     count += 1
             self.delivered.add(offset)
         moved = self.done
@@ -73,34 +69,6 @@ class TimerService:
             store.save_state(STATE_FILE, {"done": self.done})
         wait = (self.heap[0][0] - now_ms) / 1000 if self.heap else MAX_IDLE_WAIT_S
         return count, min(wait, MAX_IDLE_WAIT_S)
-
-    def _restore(self, msg: MessageExt) -> None:
-        store = self.server.store
-        assert store is not None
-        real_topic = msg.properties.get(Prop.REAL_TOPIC)
-        if not real_topic:
-            log.warning("timer: message at %d has no REAL_TOPIC; dropped", msg.commit_log_offset)
-            return
-        try:
-            real_qid = int(msg.properties.get(Prop.REAL_QID, "0"))
-        except ValueError:
-            real_qid = 0
-        store.put(
-            MessageExt(
-                topic=real_topic,
-                queue_id=real_qid,
-                body=msg.body,
-                flag=msg.flag,
-                properties=dict(msg.properties),
-                sys_flag=msg.sys_flag,
-                born_timestamp=msg.born_timestamp,
-                born_host=msg.born_host,
-                reconsume_times=msg.reconsume_times,
-                prepared_transaction_offset=msg.prepared_transaction_offset,
-            ),
-            keep_wait=True,
-            apply_delay=False,
-        )
 
     async def run(self) -> None:
         store = self.server.store
