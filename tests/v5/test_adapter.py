@@ -19,10 +19,11 @@ from .conftest import Client5, Endpoint5, v5_python
 CHILD = Path(__file__).with_name("idemp5.py")
 
 
-def _run(spec: dict[str, Any], log: Path) -> dict[str, Any]:
+def _run(spec: dict[str, Any], log: Path, script: Path = CHILD) -> dict[str, Any]:
+    """Run a child script of this folder in .cache/v5-venv; its last line, as JSON."""
     with open(log, "a", encoding="utf-8") as err:
         done = subprocess.run(
-            [str(v5_python()), str(CHILD), json.dumps(spec)],
+            [str(v5_python()), str(script), json.dumps(spec)],
             stdout=subprocess.PIPE,
             stderr=err,
             text=True,
@@ -138,18 +139,7 @@ def test_a_message_back_while_its_first_handler_runs_is_in_progress(
         "slow_s": 28 if broker5.real else 3 * broker5.invisible_s,
         "within": 90,
     }
-    log = tmp_path / "slow5.log"
-    with open(log, "a", encoding="utf-8") as err:
-        done = subprocess.run(
-            [str(v5_python()), str(CHILD.with_name("slow5.py")), json.dumps(spec)],
-            stdout=subprocess.PIPE,
-            stderr=err,
-            text=True,
-            timeout=180,
-            env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"},
-        )
-    assert done.returncode == 0, f"log: {log}"
-    result = json.loads(done.stdout.strip().splitlines()[-1])
+    result = _run(spec, tmp_path / "slow5.log", CHILD.with_name("slow5.py"))
     stats = result["stats"]
     # the handler ran once; the delivery that came back meanwhile was "in progress"
     assert len(result["runs"]) == 1, result
@@ -205,18 +195,7 @@ def test_guarded_fifo_a_held_transition_holds_back_only_its_ride(
         "expect": 5,
         "within": 90,
     }
-    log = tmp_path / "guard5.log"
-    with open(log, "a", encoding="utf-8") as err:
-        done = subprocess.run(
-            [str(v5_python()), str(CHILD.with_name("guard5.py")), json.dumps(spec)],
-            stdout=subprocess.PIPE,
-            stderr=err,
-            text=True,
-            timeout=180,
-            env={"HOME": str(tmp_path), "PATH": "/usr/bin:/bin"},
-        )
-    assert done.returncode == 0, f"log: {log}"
-    result = json.loads(done.stdout.strip().splitlines()[-1])
+    result = _run(spec, tmp_path / "guard5.log", CHILD.with_name("guard5.py"))
     applied = result["applied"]
     order = {r: [a["state"] for a in applied if a["ride"] == r] for r in steps}
     assert order == {r1: ["created", "driver_assigned"], r2: steps[r2]}
