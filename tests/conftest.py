@@ -6,11 +6,12 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-# The test process talks gRPC (tests/v5's raw calls, the grpc5 fuzz harness) and forks
-# child processes (brokers, clients) all along. With gRPC's fork support on, its fork
-# handlers restart its poller in the forked child, where subprocess has already closed
-# the epoll fd before exec: the child aborts ("epoll_wait error: Bad file descriptor",
-# grpc/grpc#43157) and a broker "did not start". Off before grpc is first imported.
+# The test process talks gRPC (tests/v5's raw calls, the grpc5 fuzz harness) and also
+# forks without exec (tests/idempotency/test_redis_connections.py). With gRPC's fork
+# support on, its fork handlers restart its poller in the forked child, which can abort
+# there ("epoll_wait error: Bad file descriptor", grpc/grpc#43157). Brokers are spawned
+# without a fork handler in between (BrokerProcess); this covers the rest. Off before grpc
+# is first imported.
 os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "0")
 
 import pytest  # noqa: E402

@@ -11,6 +11,7 @@ from collections.abc import Coroutine
 from typing import Any
 
 from .config import BrokerConfig, ConfigError, load_config
+from .process import arm_from_environment
 from .server import BrokerServer
 
 log = logging.getLogger("idemp.broker")
@@ -74,6 +75,7 @@ def overrides_from(args: argparse.Namespace) -> dict[str, str]:
 
 
 def run(args: argparse.Namespace) -> int:
+    arm_from_environment()  # started by BrokerProcess: go when it goes
     logging.basicConfig(
         level=args.log_level.upper(),
         stream=sys.stderr,

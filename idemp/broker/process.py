@@ -38,6 +38,25 @@ def die_with_parent(sig: int = signal.SIGTERM) -> Callable[[], None]:
     return arm
 
 
+# The broker child arms its own death signal (``arm_from_environment``, called by ``idemp
+# broker``) instead of a preexec_fn: with no preexec_fn, subprocess can vfork, and the
+# pthread_atfork handlers of libraries in the parent (gRPC's restart its poller in the
+# child, which then aborts on an epoll fd already closed for exec: grpc/grpc#43157) never
+# run in between.
+PARENT_ENV = "IDEMP_DIE_WITH_PARENT"
+
+
+def arm_from_environment() -> None:
+    """In a child started with ``PARENT_ENV`` set to its parent's pid: get SIGTERM when
+    that parent dies, or exit now if it already has."""
+    parent = os.environ.pop(PARENT_ENV, "")
+    if not parent.isdigit():
+        return
+    die_with_parent()()
+    if os.getppid() != int(parent):
+        sys.exit(1)  # the parent died before the death signal was armed
+
+
 def stop_process(proc: subprocess.Popen[Any], timeout: float) -> int:
     """SIGTERM and wait; SIGKILL when it does not exit within ``timeout``."""
     if proc.poll() is None:
@@ -102,7 +121,11 @@ class BrokerProcess:
         log = open(self.log_path, "a", encoding="utf-8")
         try:
             self.proc = subprocess.Popen(
-                cmd, stdout=subprocess.PIPE, stderr=log, text=True, preexec_fn=die_with_parent()
+                cmd,
+                stdout=subprocess.PIPE,
+                stderr=log,
+                text=True,
+                env={**os.environ, PARENT_ENV: str(os.getpid())},
             )
         finally:
             log.close()
