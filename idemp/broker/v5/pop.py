@@ -24,6 +24,7 @@ Everything runs on the broker's event loop.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -302,16 +303,7 @@ class PopService:
             if msg.reconsume_times >= max_attempts:
                 self._to_dlq(group, topic, msg)
                 continue
-            receipt = Receipt(
-                start,
-                now,
-                invisible_ms,
-                topic_type,
-                self.broker_name,
-                qid,
-                msg.queue_offset,
-                msg.commit_log_offset,
-            )
+            receipt = self._receipt(start, now, invisible_ms, topic_type, qid, msg)
             state.inflight[(stored, qid, msg.queue_offset)] = _InFlight(
                 receipt, msg.reconsume_times
             )
@@ -319,6 +311,27 @@ class PopService:
             out.append(Popped(msg, receipt, msg.reconsume_times + 1))
         state.next[key] = offset
         if offset != start:
+            self._commit(group, state, stored, qid)
+
+    def _receipt(
+        self, start: int, now: int, invisible_ms: int, topic_type: str, qid: int, msg: MessageExt
+    ) -> Receipt:
+        return Receipt(
+            start,
+            now,
+            invisible_ms,
+            topic_type,
+            self.broker_name,
+            qid,
+            msg.queue_offset,
+            msg.commit_log_offset,
+        )
+
+    def _settled(self, group: str, state: _GroupTopic, key: tuple[str, int, int]) -> None:
+        """``key``'s message is no longer invisible (acked, or revived into the retry
+        topic): the committed offset moves only if it was the one holding it back."""
+        stored, qid, offset = key
+        if self.store.offsets.query(group, stored, qid) == offset:
             self._commit(group, state, stored, qid)
 
     def _commit(self, group: str, state: _GroupTopic, stored: str, qid: int) -> None:
@@ -384,16 +397,7 @@ class PopService:
                 self._to_dlq(group, topic, msg)
                 self._ack_ordered(group, topic, qid, order, [msg.queue_offset])
                 continue
-            receipt = Receipt(
-                start,
-                now,
-                invisible_ms,
-                NORMAL_TOPIC,
-                self.broker_name,
-                qid,
-                msg.queue_offset,
-                msg.commit_log_offset,
-            )
+            receipt = self._receipt(start, now, invisible_ms, NORMAL_TOPIC, qid, msg)
             order.inflight[msg.queue_offset] = _InFlight(receipt, reconsume)
             out.append(Popped(msg, receipt, reconsume + 1))
 
@@ -460,7 +464,7 @@ class PopService:
             self.wake(topic)
         else:
             state.inflight.pop(key, None)
-            self._commit(group, state, key[0], key[1])
+            self._settled(group, state, key)
 
     def change_invisible(self, group: str, topic: str, handle: str, invisible_ms: int) -> Receipt:
         """A new handle, invisible for ``invisible_ms`` from now; the old one is void. The
@@ -468,16 +472,7 @@ class PopService:
         invisible duration ends auto-renewal."""
         receipt, found = self._check(group, topic, handle)
         now = int(time.time() * 1000)
-        fresh = Receipt(
-            receipt.start_offset,
-            now,
-            invisible_ms,
-            receipt.topic_type,
-            receipt.broker,
-            receipt.queue_id,
-            receipt.offset,
-            receipt.commit_log_offset,
-        )
+        fresh = dataclasses.replace(receipt, pop_time=now, invisible_ms=invisible_ms)
         if found is None:
             return fresh
         state, key, held = found
@@ -587,7 +582,7 @@ class PopService:
                 if msg is not None:
                     self._to_retry(group, topic, msg, held.reconsume + 1, now)
                     revived += 1
-                self._commit(group, state, key[0], key[1])
+                self._settled(group, state, key)
             for order in state.ordered.values():
                 if order.inflight and all(f.deadline <= now for f in order.inflight.values()):
                     self.wake(topic)  # the queue is free again: a waiting receive takes it
