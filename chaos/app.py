@@ -50,6 +50,21 @@ RIDE_STATE = "chaos_ride_state"
 REDIS_PREFIX = "chaos"
 
 
+def record_payment(conn: sa.Connection, topic: str, message: Message, pid: int) -> None:
+    """A payment's effect: one row, in the transaction of the claim that dedups it."""
+    conn.execute(
+        EFFECTS.insert().values(
+            topic=topic,
+            key=message.key,
+            entity=json.loads(message.body)["id"],
+            n=0,
+            gap=False,
+            pid=pid,
+            msg_id=message.msg_id,
+        )
+    )
+
+
 def create_schema(pg_url: str) -> None:
     engine = sa.create_engine(pg_url)
     try:
@@ -118,18 +133,7 @@ class Consumers:
 
         @idempotent(key="keys", strategy=self.uk, name="pay")
         def pay(message: Message, ctx: Any) -> None:
-            body = json.loads(message.body)
-            ctx.connection.execute(
-                EFFECTS.insert().values(
-                    topic=PAY_TOPIC,
-                    key=message.key,
-                    entity=body["id"],
-                    n=0,
-                    gap=False,
-                    pid=pid,
-                    msg_id=message.msg_id,
-                )
-            )
+            record_payment(ctx.connection, PAY_TOPIC, message, pid)
 
         @idempotent(key="keys", strategy=self.flag, name="seq")
         def seq(message: Message) -> None:

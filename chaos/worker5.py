@@ -19,7 +19,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from chaos.app import DEDUP_TABLE, EFFECTS
+from chaos.app import DEDUP_TABLE, record_payment
 from chaos.scenario import PAY5_GROUP, PAY5_TOPIC
 from idemp.message import Message
 
@@ -54,18 +54,7 @@ def main(argv: list[str] | None = None) -> int:
 
     @idempotent(key="keys", strategy=uk, name="pay5", group=PAY5_GROUP)
     def pay5(message: Message, ctx: Any) -> None:
-        body = json.loads(message.body)
-        ctx.connection.execute(
-            EFFECTS.insert().values(
-                topic=PAY5_TOPIC,
-                key=message.key,
-                entity=body["id"],
-                n=0,
-                gap=False,
-                pid=pid,
-                msg_id=message.msg_id,
-            )
-        )
+        record_payment(ctx.connection, PAY5_TOPIC, message, pid)
 
     config = ClientConfiguration(args.endpoint, Credentials())
     consumer = PushConsumer(

@@ -96,6 +96,17 @@ class Client5:
         assert answer["ok"], answer
         return answer
 
+    def receive_until(
+        self, want: int, within: float, invisible: int = 10, *, name: str = "c", max: int = 16
+    ) -> list[dict[str, Any]]:
+        """SimpleConsumer ``name`` receives (each receive long-polls) until ``want``
+        messages came or ``within`` seconds passed; what came, in order."""
+        got: list[dict[str, Any]] = []
+        deadline = time.monotonic() + within
+        while len(got) < want and time.monotonic() < deadline:
+            got += self.ok("receive", name=name, max=max, invisible=invisible)["messages"]
+        return got
+
     def close(self) -> None:
         if self.proc.poll() is None:
             assert self.proc.stdin is not None
@@ -142,6 +153,19 @@ def names() -> Callable[[str], str]:
     """``names("T")`` → a topic or group name unique to this test run."""
     run = uuid.uuid4().hex[:8]
     return lambda prefix: f"{prefix}_{run}"
+
+
+def dead_letters(broker_addr: str, group: str, want: int, within: float) -> list[Any]:
+    """The messages of ``%DLQ%<group>`` (pulled by a 4.x client), once ``want`` are there
+    or ``within`` seconds passed: the DLQ write follows the last failed delivery."""
+    found: list[Any] = []
+    deadline = time.monotonic() + within
+    with RawClient(broker_addr) as remoting:
+        while len(found) < want and time.monotonic() < deadline:
+            found = remoting.pull_messages(f"%DLQ%{group}", 0)
+            if len(found) < want:
+                time.sleep(0.5)  # polled, bounded by ``within``
+    return found
 
 
 @pytest.fixture

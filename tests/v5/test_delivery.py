@@ -18,16 +18,6 @@ from .conftest import Client5, Endpoint5
 INVISIBLE_S = 10
 
 
-def _receive(
-    client: Client5, want: int, deadline_s: float, invisible: int = INVISIBLE_S
-) -> list[dict[str, Any]]:
-    got: list[dict[str, Any]] = []
-    deadline = time.monotonic() + deadline_s
-    while len(got) < want and time.monotonic() < deadline:
-        got += client.ok("receive", name="c", max=16, invisible=invisible)["messages"]
-    return got
-
-
 def test_delivery_time_is_kept(
     admin: RawClient, client5: Callable[[], Client5], names: Callable[[str], str]
 ) -> None:
@@ -42,7 +32,7 @@ def test_delivery_time_is_kept(
         name="p",
         messages=[{"topic": topic, "body": "later", "delivery_timestamp": target_s}],
     )
-    got = _receive(client, 1, 30)
+    got = client.receive_until(1, 30)
     assert [m["body"] for m in got] == ["later"]
     assert got[0]["delivery_timestamp"] == target_s * 1000  # and reports milliseconds
     assert got[0]["wall"] >= target_s
@@ -67,11 +57,11 @@ def test_transaction_commit_rollback_and_check(
     unresolved = client.ok(
         "send_tx", name="p", message={"topic": topic, "body": "ask me"}, end="none"
     )
-    first = _receive(client, 1, 30)
+    first = client.receive_until(1, 30)
     assert [(m["body"], m["message_id"]) for m in first] == [("commit", committed["message_id"])]
     client.ok("ack", name="c", ref=first[0]["ref"])
     # the half left open is resolved by asking the producer's checker (COMMIT)
-    later = _receive(client, 1, 90)
+    later = client.receive_until(1, 90)
     assert [(m["body"], m["message_id"]) for m in later] == [("ask me", unresolved["message_id"])]
     checks = client.ok("checks")["checks"]
     assert [c["message_id"] for c in checks][:1] == [unresolved["message_id"]]
@@ -98,7 +88,7 @@ def test_dead_letter_queue_after_the_last_attempt(
     inv = broker5.invisible_s
     attempts = []
     for _ in range(2):
-        got = _receive(client, 1, inv + 20, invisible=inv)
+        got = client.receive_until(1, inv + 20, inv)
         assert [m["body"] for m in got] == ["poison"]
         attempts.append(got[0]["delivery_attempt"])
     assert attempts == [1, 2]

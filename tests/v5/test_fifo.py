@@ -7,9 +7,7 @@ message is neither acked nor expired. Measured on RocketMQ 5.3.3 (../shared/real
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
-from typing import Any
 
 from idemp.broker.v5.service import consistent_hash, java_hash
 from tests.broker.rawclient import RawClient
@@ -41,14 +39,6 @@ def _fifo(admin: RawClient, client: Client5, names: Callable[[str], str]) -> tup
     return topic, group
 
 
-def _receive(client: Client5, want: int, deadline_s: float, inv: int) -> list[dict[str, Any]]:
-    got: list[dict[str, Any]] = []
-    deadline = time.monotonic() + deadline_s
-    while len(got) < want and time.monotonic() < deadline:
-        got += client.ok("receive", name="c", max=32, invisible=inv)["messages"]
-    return got
-
-
 def test_group_order_and_an_unacked_message_blocks_only_its_group(
     broker5: Endpoint5,
     admin: RawClient,
@@ -63,7 +53,7 @@ def test_group_order_and_an_unacked_message_blocks_only_its_group(
         {"topic": topic, "body": f"{g}:{i}", "message_group": g} for i in range(3) for g in (g1, g2)
     ]
     client.ok("send", name="p", messages=msgs)
-    first = _receive(client, 6, 30, inv)
+    first = client.receive_until(6, 30, inv, max=32)
     assert [m["body"] for m in first if m["message_group"] == g1] == [f"{g1}:{i}" for i in range(3)]
     assert [m["body"] for m in first if m["message_group"] == g2] == [f"{g2}:{i}" for i in range(3)]
     assert all(m["delivery_attempt"] == 1 for m in first)
@@ -79,11 +69,11 @@ def test_group_order_and_an_unacked_message_blocks_only_its_group(
             {"topic": topic, "body": f"{g2}:3", "message_group": g2},
         ],
     )
-    second = _receive(client, 1, 30, inv)
+    second = client.receive_until(1, 30, inv, max=32)
     assert [m["body"] for m in second] == [f"{g2}:3"]
     client.ok("ack", name="c", ref=second[0]["ref"])
     # after its invisible time g1 comes back from its first unacked message, in order
-    again = _receive(client, 4, inv + 15, inv)
+    again = client.receive_until(4, inv + 15, inv, max=32)
     assert [m["body"] for m in again] == [f"{g1}:{i}" for i in range(4)]
     # one count per queue: the batch holds g1:3's first delivery, so all say attempt 1
     assert [m["delivery_attempt"] for m in again] == [1, 1, 1, 1]
@@ -108,15 +98,15 @@ def test_a_batch_handed_out_again_counts_the_attempt(
         name="p",
         messages=[{"topic": topic, "body": f"{g1}:{i}", "message_group": g1} for i in range(2)],
     )
-    first = _receive(client, 2, 30, inv)
+    first = client.receive_until(2, 30, inv, max=32)
     assert [(m["body"], m["delivery_attempt"]) for m in first] == [(f"{g1}:0", 1), (f"{g1}:1", 1)]
-    again = _receive(client, 2, inv + 15, inv)
+    again = client.receive_until(2, inv + 15, inv, max=32)
     assert [(m["body"], m["delivery_attempt"]) for m in again] == [(f"{g1}:0", 2), (f"{g1}:1", 2)]
     assert again[0]["at"] - first[0]["at"] >= inv
     client.ok("ack", name="c", ref=again[0]["ref"])
     # the first acked, the second still invisible: nothing else of the group comes
     client.ok("send", name="p", messages=[{"topic": topic, "body": f"{g1}:2", "message_group": g1}])
-    third = _receive(client, 2, inv + 15, inv)
+    third = client.receive_until(2, inv + 15, inv, max=32)
     assert [(m["body"], m["delivery_attempt"]) for m in third] == [(f"{g1}:1", 1), (f"{g1}:2", 1)]
     assert third[0]["at"] - again[0]["at"] >= inv
 

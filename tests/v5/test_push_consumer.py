@@ -5,24 +5,11 @@ Measured on RocketMQ 5.3.3 (../shared/realrmq5); IDEMP_V5_REAL runs the file aga
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
-from typing import Any
 
 from tests.broker.rawclient import RawClient
 
-from .conftest import Client5, Endpoint5
-
-
-def _dlq(broker5: Endpoint5, group: str, want: int, deadline_s: float) -> list[Any]:
-    found: list[Any] = []
-    deadline = time.monotonic() + deadline_s
-    with RawClient(broker5.broker_addr) as remoting:
-        while len(found) < want and time.monotonic() < deadline:
-            found = remoting.pull_messages(f"%DLQ%{group}", 0)
-            if len(found) < want:
-                time.sleep(0.5)  # polled: the DLQ write follows the last failed attempt
-    return found
+from .conftest import Client5, Endpoint5, dead_letters
 
 
 def test_failure_is_retried_then_dead_lettered(
@@ -46,7 +33,7 @@ def test_failure_is_retried_then_dead_lettered(
     assert sorted(c["body"] for c in calls if c["result"] == "SUCCESS") == ["good-1", "good-2"]
     bad = [c for c in calls if c["body"] == "bad"]
     assert [c["delivery_attempt"] for c in bad] == [1, 2]
-    found = _dlq(broker5, group, 1, 30)
+    found = dead_letters(broker5.broker_addr, group, 1, 30)
     assert [m.body for m in found] == [b"bad"]
 
 
@@ -76,5 +63,5 @@ def test_fifo_group_waits_for_its_failing_message(
     b = [c["body"] for c in calls if c["message_group"] == "b"]
     assert b == ["b-0", "b-1", "b-2"]
     assert a == ["a-0", "a-1", "a-1", "a-1", "a-2"]
-    found = _dlq(broker5, group, 1, 30)
+    found = dead_letters(broker5.broker_addr, group, 1, 30)
     assert [m.body for m in found] == [b"a-1"]

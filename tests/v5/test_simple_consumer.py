@@ -14,7 +14,6 @@ from tests.broker.rawclient import RawClient
 
 from .conftest import Client5, Endpoint5
 
-INVISIBLE_S = 10  # a receive's invisible time where the test does not wait for it
 # A message not acked comes back once its invisible time is over; RocketMQ's revive scan
 # runs behind by up to ~5 s (measured 12.5–15 s for 10 s), idemp's by up to 0.5 s.
 REVIVE_SLACK_S = 10
@@ -29,17 +28,6 @@ def _ready(
 
 def _consumer(client: Client5, group: str, topic: str, expression: str = "*") -> None:
     client.ok("simple", name="c", group=group, subs={topic: expression}, **{"await": 5})
-
-
-def _receive_until(
-    client: Client5, count: int, deadline_s: float, invisible: int = INVISIBLE_S
-) -> list[dict[str, Any]]:
-    """Receive (each receive long-polls) until ``count`` messages came or the deadline."""
-    got: list[dict[str, Any]] = []
-    deadline = time.monotonic() + deadline_s
-    while len(got) < count and time.monotonic() < deadline:
-        got += client.ok("receive", name="c", max=16, invisible=invisible)["messages"]
-    return got
 
 
 def test_send_and_receive_keys_tags_properties(
@@ -61,7 +49,7 @@ def test_send_and_receive_keys_tags_properties(
     ]
     receipts = client.ok("send", name="p", messages=sent)["receipts"]
     _consumer(client, group, topic, "TagA")
-    got = _receive_until(client, 3, 30)
+    got = client.receive_until(3, 30)
     assert len(got) == 3
     by_body = {m["body"]: m for m in got}
     for i, receipt in enumerate(receipts):
@@ -92,7 +80,7 @@ def test_tag_filter_skips_other_tags(
         ],
     )
     _consumer(client, group, topic, "A || C")
-    got = _receive_until(client, 2, 30)
+    got = client.receive_until(2, 30)
     assert sorted(m["body"] for m in got) == ["a", "c"]
 
 
@@ -109,10 +97,10 @@ def test_unacked_message_comes_back_with_the_next_attempt(
     client.ok("producer", name="p", topics=[topic])
     client.ok("send", name="p", messages=[{"topic": topic, "body": "once"}])
     _consumer(client, group, topic)
-    first = _receive_until(client, 1, 30, invisible=inv)
+    first = client.receive_until(1, 30, inv)
     assert [m["body"] for m in first] == ["once"]
     assert first[0]["delivery_attempt"] == 1
-    again = _receive_until(client, 1, inv + REVIVE_SLACK_S + 5, invisible=inv)
+    again = client.receive_until(1, inv + REVIVE_SLACK_S + 5, inv)
     assert [m["body"] for m in again] == ["once"]
     assert again[0]["message_id"] == first[0]["message_id"]
     assert again[0]["delivery_attempt"] == 2
@@ -178,7 +166,7 @@ def test_a_4x_and_a_5x_client_see_each_others_messages(
         ],
     )["receipts"][0]
     _consumer(client, group, topic)
-    got = {m["body"]: m for m in _receive_until(client, 2, 30)}
+    got = {m["body"]: m for m in client.receive_until(2, 30)}
     assert set(got) == {"from-4x", "from-5x"}
     m4 = got["from-4x"]
     assert (m4["message_id"], m4["tag"], m4["keys"], m4["properties"]) == (
@@ -210,11 +198,11 @@ def test_change_invisible_duration(
     client.ok("producer", name="p", topics=[topic])
     client.ok("send", name="p", messages=[{"topic": topic, "body": "slow"}])
     _consumer(client, group, topic)
-    first = _receive_until(client, 1, 30, invisible=30)
+    first = client.receive_until(1, 30, 30)
     assert [m["body"] for m in first] == ["slow"]
     changed_at = time.monotonic()
     client.ok("change", name="c", ref=first[0]["ref"], invisible=inv)
-    again = _receive_until(client, 1, inv + REVIVE_SLACK_S + 5, invisible=inv)
+    again = client.receive_until(1, inv + REVIVE_SLACK_S + 5, inv)
     assert [m["body"] for m in again] == ["slow"]
     assert again[0]["at"] - changed_at >= inv
     assert again[0]["delivery_attempt"] == 2  # the change itself is not a delivery
@@ -237,6 +225,6 @@ def test_acking_twice_is_accepted(
     client.ok("producer", name="p", topics=[topic])
     client.ok("send", name="p", messages=[{"topic": topic, "body": "x"}])
     _consumer(client, group, topic)
-    first = _receive_until(client, 1, 30, invisible=30)
+    first = client.receive_until(1, 30, 30)
     client.ok("ack", name="c", ref=first[0]["ref"])
     client.ok("ack", name="c", ref=first[0]["ref"])
