@@ -33,6 +33,7 @@ def register(handlers: dict[int, Handler]) -> None:
     handlers[RequestCode.QUERY_MESSAGE] = query_message
     handlers[RequestCode.UPDATE_AND_CREATE_TOPIC] = create_topic
     handlers[RequestCode.GET_ALL_TOPIC_CONFIG] = all_topics
+    handlers[RequestCode.GET_TOPIC_CONFIG] = topic_config
     handlers[RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP] = create_group
     handlers[RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG] = all_groups
 
@@ -159,6 +160,19 @@ def all_topics(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingComm
         "topicConfigTable": {k: topic_json(v) for k, v in topics.topics.items()},
     }
     return cmd.response(ResponseCode.SUCCESS, body=json.dumps(body).encode())
+
+
+def topic_config(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingCommand:
+    """RocketMQ 5's GET_TOPIC_CONFIG: one topic's config (no static-topic mapping here)."""
+    assert server.store is not None
+    cmd.require("topic")
+    topic = cmd.ext_fields["topic"]
+    cfg = server.store.topics.get(topic)
+    if cfg is None:
+        return cmd.response(
+            ResponseCode.TOPIC_NOT_EXIST, f"No topic in this broker. topic: {topic}"
+        )
+    return cmd.response(ResponseCode.SUCCESS, body=json.dumps(topic_json(cfg)).encode())
 
 
 def create_group(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingCommand:

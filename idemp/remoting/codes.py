@@ -64,6 +64,7 @@ class RequestCode(IntEnum):
     GET_KV_CONFIG = 101
     DELETE_KV_CONFIG = 102
     GET_TOPIC_STATS_INFO = 202
+    GET_TOPIC_CONFIG = 351  # RocketMQ 5 (mqadmin 5's topicStatus asks it first)
     GET_CONSUMER_CONNECTION_LIST = 203
     GET_PRODUCER_CONNECTION_LIST = 204
     WIPE_WRITE_PERM_OF_BROKER = 205

@@ -33,6 +33,10 @@ public class PushCount {
         c.setNamesrvAddr(ns);
         c.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
         c.subscribe(topic, "*");
+        // the latch counts a message inside the listener, before its consume result is applied:
+        // without this wait, shutdown persists the offsets while the last batch is still in flight
+        // (its offset not yet advanced), and consumerProgress afterwards shows it as not consumed
+        c.setAwaitTerminationMillisWhenShutdown(10_000);
         if (orderly) {
             c.registerMessageListener((MessageListenerOrderly) (msgs, ctx) -> {
                 for (MessageExt m : msgs) {

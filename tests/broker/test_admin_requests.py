@@ -91,6 +91,19 @@ def test_topic_and_consume_stats(broker: BrokerProcess) -> None:
     assert by_who == {"groupList": [GROUP]}
 
 
+def test_one_topic_config_as_rocketmq_5_answers_it(broker: BrokerProcess) -> None:
+    """GET_TOPIC_CONFIG (351): mqadmin 5's topicStatus asks it before the stats."""
+    with RawClient(broker.broker_addr) as c:
+        cfg = _body(c.request(RequestCode.GET_TOPIC_CONFIG, {"topic": TOPIC}))
+        missing = c.request(RequestCode.GET_TOPIC_CONFIG, {"topic": "NoSuchTopic"})
+    assert (cfg["topicName"], cfg["readQueueNums"], cfg["writeQueueNums"]) == (TOPIC, 2, 2)
+    assert (cfg["perm"], cfg["order"]) == (6, False)
+    assert (missing.code, missing.remark) == (
+        ResponseCode.TOPIC_NOT_EXIST,
+        "No topic in this broker. topic: NoSuchTopic",
+    )
+
+
 def test_connections_of_online_and_unknown_groups(broker: BrokerProcess) -> None:
     with RawClient(broker.broker_addr) as c:
         assert (
