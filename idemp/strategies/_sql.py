@@ -168,3 +168,45 @@ def store_failure(exc: BaseException) -> bool:
     """The connection itself failed (dropped, server restarted): a store error, not a
     handler failure."""
     return isinstance(exc, DBAPIError) and bool(exc.connection_invalidated)
+
+
+class Savepoints:
+    """A savepoint per message inside one batch transaction, as the driver's own
+    statements (SQLAlchemy's ``begin_nested`` compiles two statements per message: a
+    third of a message's CPU on SQLite).
+
+    A message's savepoint is released when the next one is set, in the same round trip
+    on PostgreSQL (two statements in one simple query), and not at all for the last: the
+    COMMIT releases it. So a message costs one round trip here, not two."""
+
+    __slots__ = ("cursor", "open", "one_trip")
+
+    def __init__(self, conn: Connection) -> None:
+        self.cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+        self.open = False
+        self.one_trip = conn.dialect.name == "postgresql"
+
+    def sql(self, statement: str) -> None:
+        from idemp.strategies.base import StoreError
+
+        try:
+            self.cursor.execute(statement)
+        except Exception as exc:  # the driver's own error class: the batch is broken
+            raise StoreError(f"{statement} failed: {exc}") from exc
+
+    def next(self) -> None:
+        """The next message begins: its own savepoint (the previous one's kept)."""
+        if not self.open:
+            self.sql("SAVEPOINT idemp_msg")
+        elif self.one_trip:
+            self.sql("RELEASE SAVEPOINT idemp_msg; SAVEPOINT idemp_msg")
+        else:
+            self.sql("RELEASE SAVEPOINT idemp_msg")
+            self.sql("SAVEPOINT idemp_msg")
+        self.open = True
+
+    def undo(self) -> None:
+        """Undo the current message's work (only its own)."""
+        self.open = False
+        self.sql("ROLLBACK TO SAVEPOINT idemp_msg")
+        self.sql("RELEASE SAVEPOINT idemp_msg")

@@ -21,7 +21,7 @@ committed by the pipeline after the handler returns. SQLite serializes writers
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -31,6 +31,7 @@ from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
 from idemp.message import Message
 from idemp.outcome import Outcome
+from idemp.strategies._entity_batch import EntityBatch, Row
 from idemp.strategies._sql import (
     busy,
     close_quietly,
@@ -41,7 +42,7 @@ from idemp.strategies._sql import (
     set_lock_timeout,
     store_failure,
 )
-from idemp.strategies.base import Job, StoreError, Strategy, Ticket, Verdict
+from idemp.strategies.base import BatchSession, Job, StoreError, Strategy, Ticket, Verdict
 
 log = logging.getLogger("idemp.strategies.optimistic")
 
@@ -145,37 +146,74 @@ class OptimisticVersion(Strategy):
         self.lock_timeout_ms = int(lock_timeout_s * 1000)
         t = self.table
         self._read = sa.select(t).where(t.c[id_column] == sa.bindparam("id"))
+        self._read_many = sa.select(t).where(
+            t.c[id_column].in_(sa.bindparam("ids", expanding=True))
+        )
+        self._string_ids = isinstance(t.c[id_column].type, sa.String)
         self._warned = False
 
     def __repr__(self) -> str:
         url = self.engine.url.render_as_string(hide_password=True)
         return f"OptimisticVersion({url}, table={self.table.name}, on_conflict={self.on_conflict})"
 
+    def open_transaction(self) -> Connection:
+        conn = self.engine.connect()
+        try:
+            conn.begin()
+            if self._set_timeout:
+                set_lock_timeout(conn, self.lock_timeout_ms)
+        except BaseException:
+            close_quietly(conn)
+            raise
+        return conn
+
+    def read_row(self, conn: Connection, entity: Any) -> Row | None:
+        return conn.execute(self._read, {"id": entity}).mappings().first()
+
+    def read_rows(self, conn: Connection, entities: list[Any]) -> dict[Any, Row | None]:
+        """A batch's rows in one statement. An id with no row is answered "no row" only
+        when ids and the column are both strings: otherwise the database may normalise
+        an id (another type), and that one is read at its turn."""
+        rows = conn.execute(self._read_many, {"ids": entities}).mappings().all()
+        found: dict[Any, Row | None] = {row[self.id_column]: row for row in rows}
+        if self._string_ids and all(isinstance(e, str) for e in entities):
+            for entity in entities:
+                found.setdefault(entity, None)
+        return found
+
+    def ticket(self, job: Job, conn: Connection, entity: Any, row: Row | None) -> Ticket:
+        version = None if row is None else int(row[self.version_column])
+        verdict, detail = self._check_expected(job.message, version)
+        if not verdict.runs:
+            return Ticket(job, verdict, detail=detail, private=conn)
+        data = None if row is None else dict(row)
+        handle = Versioned(
+            conn, self.table, self.id_column, self.version_column, entity, data, version
+        )
+        return Ticket(job, Verdict.RUN, handle=handle, atomic=True, private=conn)
+
     def begin(self, job: Job) -> Ticket:
         entity = self.entity_id(job)
         conn: Connection | None = None
         try:
-            conn = self.engine.connect()
-            conn.begin()
-            if self._set_timeout:
-                set_lock_timeout(conn, self.lock_timeout_ms)
-            row = conn.execute(self._read, {"id": entity}).mappings().first()
+            conn = self.open_transaction()
+            row = self.read_row(conn, entity)
         except SQLAlchemyError as exc:
             if conn is not None:
                 close_quietly(conn)
             if busy(exc):
                 return Ticket(job, Verdict.IN_PROGRESS, detail="lock wait timed out")
             raise StoreError(f"read of {entity!r} failed: {exc}") from exc
-        version = None if row is None else int(row[self.version_column])
-        verdict, detail = self._check_expected(job.message, version)
-        if not verdict.runs:
+        ticket = self.ticket(job, conn, entity, row)
+        if not ticket.verdict.runs:
             close_quietly(conn)
-            return Ticket(job, verdict, detail=detail)
-        data = None if row is None else dict(row)
-        handle = Versioned(
-            conn, self.table, self.id_column, self.version_column, entity, data, version
-        )
-        return Ticket(job, Verdict.RUN, handle=handle, atomic=True, private=conn)
+        return ticket
+
+    def session(self, jobs: Sequence[Job]) -> BatchSession | None:
+        """The batch in one transaction: its rows read in one statement, a savepoint per
+        message (a conflict retried re-reads inside it), one COMMIT
+        (:class:`~idemp.strategies._entity_batch.EntityBatch`)."""
+        return EntityBatch(self, jobs) if len(jobs) >= 2 else None
 
     def _check_expected(self, message: Message, current: int | None) -> tuple[Verdict, str]:
         if self.expected_version is None:
@@ -190,7 +228,8 @@ class OptimisticVersion(Strategy):
             return Verdict.IN_PROGRESS, f"ahead: built against version {expected}, row at {have}"
         return Verdict.RUN, ""
 
-    def commit(self, ticket: Ticket) -> None:
+    def committed(self, ticket: Ticket) -> None:
+        """A handler succeeded (alone or in a batch): say once if it left the version."""
         handle = ticket.handle
         if (
             self.expected_version is not None
@@ -207,6 +246,9 @@ class OptimisticVersion(Strategy):
                 "again (said once)",
                 self.table.name,
             )
+
+    def commit(self, ticket: Ticket) -> None:
+        self.committed(ticket)
         commit_and_close(ticket.private)
 
     def abort(self, ticket: Ticket, error: BaseException | None) -> None:

@@ -19,7 +19,7 @@ warning is logged once per process.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +28,7 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
 from idemp.outcome import Outcome
+from idemp.strategies._entity_batch import EntityBatch, Row
 from idemp.strategies._sql import (
     busy,
     close_quietly,
@@ -39,7 +40,7 @@ from idemp.strategies._sql import (
     set_lock_timeout,
     store_failure,
 )
-from idemp.strategies.base import Job, StoreError, Strategy, Ticket, Verdict
+from idemp.strategies.base import BatchSession, Job, StoreError, Strategy, Ticket, Verdict
 
 logger = logging.getLogger("idemp")
 _warned_sqlite = False
@@ -114,6 +115,12 @@ class PessimisticRowLock(Strategy):
         self._lock = (
             sa.select(t).where(t.c[id_column] == sa.bindparam("id")).with_for_update(nowait=nowait)
         )
+        self._lock_many = (
+            sa.select(t)
+            .where(t.c[id_column].in_(sa.bindparam("ids", expanding=True)))
+            .order_by(t.c[id_column])
+            .with_for_update(nowait=nowait)
+        )
         self._insert = insert_ignore(t, self.dialect)
 
     def __repr__(self) -> str:
@@ -131,27 +138,64 @@ class PessimisticRowLock(Strategy):
         except IntegrityError:
             pass
 
+    def open_transaction(self) -> Connection:
+        conn = self.engine.connect()
+        try:
+            conn.begin()
+            if self._set_timeout and not self.nowait:
+                set_lock_timeout(conn, self.lock_timeout_ms)
+        except BaseException:
+            close_quietly(conn)
+            raise
+        return conn
+
+    def read_row(self, conn: Connection, entity: Any) -> Row | None:
+        """Lock the entity's row (first creating it, with ``lock_missing``)."""
+        row = conn.execute(self._lock, {"id": entity}).mappings().first()
+        if row is None and self.lock_missing:
+            self._ensure_row(conn, entity)  # waits for a concurrent creator's commit
+            row = conn.execute(self._lock, {"id": entity}).mappings().first()
+        return row
+
+    def read_rows(self, conn: Connection, entities: list[Any]) -> dict[Any, Row | None]:
+        """A batch's rows created and locked in id order, in two statements. Only the
+        rows found are answered: an id the database normalises (another type, padding)
+        is then read at its turn."""
+        if self.lock_missing:
+            if self._insert is not None:
+                conn.execute(self._insert, [{self.id_column: e} for e in entities])
+            else:
+                for entity in entities:
+                    self._ensure_row(conn, entity)
+        rows = conn.execute(self._lock_many, {"ids": entities}).mappings().all()
+        return {row[self.id_column]: row for row in rows}
+
+    def ticket(self, job: Job, conn: Connection, entity: Any, row: Row | None) -> Ticket:
+        data = None if row is None else dict(row)
+        handle = Locked(conn, self.table, self.id_column, entity, data)
+        return Ticket(job, Verdict.RUN, handle=handle, atomic=True, private=conn)
+
+    def committed(self, ticket: Ticket) -> None:
+        return None
+
     def begin(self, job: Job) -> Ticket:
         entity = self.entity_id(job)
         conn: Connection | None = None
         try:
-            conn = self.engine.connect()
-            conn.begin()
-            if self._set_timeout and not self.nowait:
-                set_lock_timeout(conn, self.lock_timeout_ms)
-            row = conn.execute(self._lock, {"id": entity}).mappings().first()
-            if row is None and self.lock_missing:
-                self._ensure_row(conn, entity)  # waits for a concurrent creator's commit
-                row = conn.execute(self._lock, {"id": entity}).mappings().first()
+            conn = self.open_transaction()
+            row = self.read_row(conn, entity)
         except SQLAlchemyError as exc:
             if conn is not None:
                 close_quietly(conn)
             if busy(exc):
                 return Ticket(job, Verdict.IN_PROGRESS, detail=f"{entity!r} is locked")
             raise StoreError(f"lock of {entity!r} failed: {exc}") from exc
-        data = None if row is None else dict(row)
-        handle = Locked(conn, self.table, self.id_column, entity, data)
-        return Ticket(job, Verdict.RUN, handle=handle, atomic=True, private=conn)
+        return self.ticket(job, conn, entity, row)
+
+    def session(self, jobs: Sequence[Job]) -> BatchSession | None:
+        """The batch in one transaction: its rows locked in one statement, a savepoint
+        per message, one COMMIT (:class:`~idemp.strategies._entity_batch.EntityBatch`)."""
+        return EntityBatch(self, jobs) if len(jobs) >= 2 else None
 
     def commit(self, ticket: Ticket) -> None:
         commit_and_close(ticket.private)
