@@ -15,10 +15,11 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
+import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import SQLAlchemyError
 
-from idemp.strategies._sql import Savepoints, busy, close_quietly
+from idemp.strategies._sql import Savepoints, busy, close_quietly, insert_ignore
 from idemp.strategies.base import BatchSession, Job, StoreError, Ticket, Verdict
 
 Row = Mapping[Any, Any]  # a RowMapping
@@ -38,6 +39,54 @@ class EntityStrategy(Protocol):
     def ticket(self, job: Job, conn: Connection, entity: Any, row: Row | None) -> Ticket: ...
 
     def committed(self, ticket: Ticket) -> None: ...
+
+
+class BatchRows:
+    """The statements that create and read (and lock) a batch's rows. On PostgreSQL the
+    ids go as one array (``= ANY``, ``unnest``): one SQL text whatever the batch size,
+    prepared once by psycopg; an ``IN`` list is a new text for every size (a batch's
+    locking read measured ~8 ms that way). Elsewhere an expanding ``IN`` and an
+    executemany INSERT."""
+
+    def __init__(
+        self, table: sa.Table, id_column: str, dialect: str, *, lock: bool, nowait: bool = False
+    ) -> None:
+        self.id_column = id_column
+        col = table.c[id_column]
+        self.arrays = dialect == "postgresql"
+        ids: Any
+        if self.arrays:
+            from sqlalchemy.dialects.postgresql import ARRAY
+            from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+            ids = sa.bindparam("ids", type_=ARRAY(col.type))
+            read = sa.select(table).where(col == sa.any_(ids))
+            self.insert: Any = (
+                pg_insert(table)
+                .from_select([id_column], sa.select(sa.func.unnest(ids)))
+                .on_conflict_do_nothing()
+            )
+        else:
+            read = sa.select(table).where(col.in_(sa.bindparam("ids", expanding=True)))
+            self.insert = insert_ignore(table, dialect)
+        if lock:
+            read = read.order_by(col).with_for_update(nowait=nowait)
+        self.read_statement = read
+
+    def create(self, conn: Connection, entities: list[Any]) -> bool:
+        """Insert the missing rows (in the order given); False: this database has no
+        INSERT that ignores an existing key, the caller creates them one by one."""
+        if self.insert is None:
+            return False
+        if self.arrays:
+            conn.execute(self.insert, {"ids": entities})
+        else:
+            conn.execute(self.insert, [{self.id_column: e} for e in entities])
+        return True
+
+    def read(self, conn: Connection, entities: list[Any]) -> dict[Any, Row | None]:
+        rows = conn.execute(self.read_statement, {"ids": entities}).mappings().all()
+        return {row[self.id_column]: row for row in rows}
 
 
 def in_id_order(entities: list[Any]) -> list[Any]:

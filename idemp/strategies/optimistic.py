@@ -31,12 +31,13 @@ from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
 from idemp.message import Message
 from idemp.outcome import Outcome
-from idemp.strategies._entity_batch import EntityBatch, Row
+from idemp.strategies._entity_batch import BatchRows, EntityBatch, Row
 from idemp.strategies._sql import (
     busy,
     close_quietly,
     commit_and_close,
     entity_table,
+    insert_ignore,
     install_sqlite_begin,
     make_engine,
     set_lock_timeout,
@@ -64,6 +65,9 @@ class Versioned:
     row: Mapping[str, Any] | None
     version: int | None
     updates: int = field(default=0)
+    #: INSERT … ON CONFLICT DO NOTHING RETURNING id (PostgreSQL, SQLite): a lost
+    #: creation race returns no row, not an error that needs a savepoint to survive
+    insert_new: Any = field(default=None, repr=False)
 
     def update(self, **values: Any) -> int:
         """Apply ``values`` if the row is still at the version read; → the new version.
@@ -88,11 +92,15 @@ class Versioned:
         if self.version is not None:
             raise VersionConflict(f"{self.id!r}: already exists at version {self.version}")
         row = {self.id_column: self.id, self.version_column: 1, **values}
-        try:
-            with self.connection.begin_nested():
-                self.connection.execute(sa.insert(self.table), row)
-        except IntegrityError as exc:
-            raise VersionConflict(f"{self.id!r}: created concurrently") from exc
+        if self.insert_new is not None:
+            if self.connection.execute(self.insert_new, row).first() is None:
+                raise VersionConflict(f"{self.id!r}: created concurrently")
+        else:
+            try:
+                with self.connection.begin_nested():
+                    self.connection.execute(sa.insert(self.table), row)
+            except IntegrityError as exc:
+                raise VersionConflict(f"{self.id!r}: created concurrently") from exc
         self.version = 1
         self.updates += 1
         return 1
@@ -146,8 +154,13 @@ class OptimisticVersion(Strategy):
         self.lock_timeout_ms = int(lock_timeout_s * 1000)
         t = self.table
         self._read = sa.select(t).where(t.c[id_column] == sa.bindparam("id"))
-        self._read_many = sa.select(t).where(
-            t.c[id_column].in_(sa.bindparam("ids", expanding=True))
+        self._rows = BatchRows(t, id_column, engine.dialect.name, lock=False)
+        dialect = engine.dialect.name
+        # not MySQL's INSERT IGNORE: it also turns other errors (truncation) into warnings
+        self._insert_new = (
+            insert_ignore(t, dialect).returning(t.c[id_column])
+            if dialect in ("postgresql", "sqlite")
+            else None
         )
         self._string_ids = isinstance(t.c[id_column].type, sa.String)
         self._warned = False
@@ -174,8 +187,7 @@ class OptimisticVersion(Strategy):
         """A batch's rows in one statement. An id with no row is answered "no row" only
         when ids and the column are both strings: otherwise the database may normalise
         an id (another type), and that one is read at its turn."""
-        rows = conn.execute(self._read_many, {"ids": entities}).mappings().all()
-        found: dict[Any, Row | None] = {row[self.id_column]: row for row in rows}
+        found = self._rows.read(conn, entities)
         if self._string_ids and all(isinstance(e, str) for e in entities):
             for entity in entities:
                 found.setdefault(entity, None)
@@ -188,7 +200,14 @@ class OptimisticVersion(Strategy):
             return Ticket(job, verdict, detail=detail, private=conn)
         data = None if row is None else dict(row)
         handle = Versioned(
-            conn, self.table, self.id_column, self.version_column, entity, data, version
+            conn,
+            self.table,
+            self.id_column,
+            self.version_column,
+            entity,
+            data,
+            version,
+            insert_new=self._insert_new,
         )
         return Ticket(job, Verdict.RUN, handle=handle, atomic=True, private=conn)
 

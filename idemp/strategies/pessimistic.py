@@ -28,7 +28,7 @@ from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
 from idemp.outcome import Outcome
-from idemp.strategies._entity_batch import EntityBatch, Row
+from idemp.strategies._entity_batch import BatchRows, EntityBatch, Row
 from idemp.strategies._sql import (
     busy,
     close_quietly,
@@ -115,12 +115,7 @@ class PessimisticRowLock(Strategy):
         self._lock = (
             sa.select(t).where(t.c[id_column] == sa.bindparam("id")).with_for_update(nowait=nowait)
         )
-        self._lock_many = (
-            sa.select(t)
-            .where(t.c[id_column].in_(sa.bindparam("ids", expanding=True)))
-            .order_by(t.c[id_column])
-            .with_for_update(nowait=nowait)
-        )
+        self._rows = BatchRows(t, id_column, self.dialect, lock=True, nowait=nowait)
         self._insert = insert_ignore(t, self.dialect)
 
     def __repr__(self) -> str:
@@ -161,14 +156,10 @@ class PessimisticRowLock(Strategy):
         """A batch's rows created and locked in id order, in two statements. Only the
         rows found are answered: an id the database normalises (another type, padding)
         is then read at its turn."""
-        if self.lock_missing:
-            if self._insert is not None:
-                conn.execute(self._insert, [{self.id_column: e} for e in entities])
-            else:
-                for entity in entities:
-                    self._ensure_row(conn, entity)
-        rows = conn.execute(self._lock_many, {"ids": entities}).mappings().all()
-        return {row[self.id_column]: row for row in rows}
+        if self.lock_missing and not self._rows.create(conn, entities):
+            for entity in entities:
+                self._ensure_row(conn, entity)
+        return self._rows.read(conn, entities)
 
     def ticket(self, job: Job, conn: Connection, entity: Any, row: Row | None) -> Ticket:
         data = None if row is None else dict(row)
