@@ -40,7 +40,7 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,7 +48,7 @@ from redis.exceptions import RedisError
 
 from idemp.outcome import Outcome
 from idemp.strategies._redis import Commands, LuaScript, connect, describe
-from idemp.strategies.base import Job, StoreError, Strategy, Ticket, Verdict
+from idemp.strategies.base import BatchSession, Job, StoreError, Strategy, Ticket, Verdict
 from idemp.urls import mask_url
 
 logger = logging.getLogger("idemp")
@@ -447,15 +447,58 @@ class RedissonLock(Strategy):
         return count is not None and fence is not None and int(fence) == token
 
     # -- the Strategy interface ---------------------------------------------------------
+    def try_acquire_many(self, names: Sequence[str], owner: str) -> dict[str, int]:
+        """Try each lock once, without waiting, in one pipelined round trip: → the
+        fencing tokens of those taken. On an error the ones this call may have taken
+        are given back (best effort) and :class:`StoreError` is raised."""
+        keys = [self._keys(name) for name in names]
+        args = (owner, self.lease_ms, self.fence_ttl_ms)
+        try:
+            replies = self._lock.many([((lock, fence), args) for lock, fence, _ in keys])
+        except RedisError as exc:
+            try:
+                self._release_many(names, owner)
+            except RedisError:
+                pass  # their leases end them
+            raise StoreError(f"batch lock failed: {exc}") from exc
+        got: dict[str, int] = {}
+        for name, (lock_key, _fence, _channel), reply in zip(names, keys, replies):
+            if isinstance(reply, list):
+                got[name] = int(reply[1])
+                self._held(lock_key, owner, got[name])
+        return got
+
+    def _release_many(self, names: Sequence[str], owner: str) -> None:
+        keys = [self._keys(name) for name in names]
+        try:
+            self._unlock.many([((lock, ch), (owner, self.lease_ms, "")) for lock, _f, ch in keys])
+        finally:
+            for lock_key, _fence, _channel in keys:
+                self._forget(lock_key, owner)
+
+    def release_many(self, names: Sequence[str], owner: str) -> None:
+        """Give back holds never used (one level each), in one pipelined round trip."""
+        try:
+            self._release_many(names, owner)
+        except RedisError as exc:
+            raise StoreError(f"batch unlock failed: {exc}") from exc
+
+    def ticket(self, job: Job, name: str, owner: str, token: int) -> Ticket:
+        handle = LockHandle(name, token, owner, lambda: self.holds(name, owner, token))
+        return Ticket(job, Verdict.RUN, str(token), handle=handle, private=handle)
+
     def begin(self, job: Job) -> Ticket:
         name = f"{job.namespace}:{job.key}"
         owner = owner_id()
         got = self.acquire(name, owner, self.wait_s)
         if got is None:
             return Ticket(job, Verdict.IN_PROGRESS, detail="lock busy past the wait time")
-        token = got[1]
-        handle = LockHandle(name, token, owner, lambda: self.holds(name, owner, token))
-        return Ticket(job, Verdict.RUN, str(token), handle=handle, private=handle)
+        return self.ticket(job, name, owner, got[1])
+
+    def session(self, jobs: Sequence[Job]) -> BatchSession | None:
+        """The batch's locks tried in one round trip before the first handler runs
+        (:class:`_LockAheadSession`)."""
+        return _LockAheadSession(self, jobs) if len(jobs) >= 2 else None
 
     def commit(self, ticket: Ticket) -> None:
         """Unlock only if our hold (this token) is still current; otherwise refuse."""
@@ -479,3 +522,45 @@ class RedissonLock(Strategy):
         self._commands.close()
         if self._owns_client:
             self.client.close()
+
+
+class _LockAheadSession(BatchSession):
+    """A runner's batch on :class:`RedissonLock`: the batch's distinct keys locked in
+    one pipelined round trip (try-lock, no wait) before the first handler runs; a key
+    another holds is waited for at its message's turn, as alone. Each message unlocks
+    at its own commit or abort, exactly as alone (a lease lost before the commit still
+    fails that message), so a later copy of the same key in the batch locks afresh.
+    Locks of messages never started are given back at close in one round trip."""
+
+    def __init__(self, strategy: RedissonLock, jobs: Sequence[Job]) -> None:
+        self.strategy = strategy
+        self.owner = owner_id()
+        names = list(dict.fromkeys(f"{job.namespace}:{job.key}" for job in jobs))
+        try:
+            self.ahead = strategy.try_acquire_many(names, self.owner)
+        except StoreError:
+            self.ahead = {}  # each message locks at its turn (and says what failed)
+
+    def begin(self, job: Job) -> Ticket:
+        name = f"{job.namespace}:{job.key}"
+        token = self.ahead.pop(name, None)
+        if token is None:
+            return self.strategy.begin(job)
+        return self.strategy.ticket(job, name, self.owner, token)
+
+    def commit(self, ticket: Ticket) -> None:
+        self.strategy.commit(ticket)
+
+    def abort(self, ticket: Ticket, error: BaseException | None) -> None:
+        self.strategy.abort(ticket, error)
+
+    def finish(self) -> None:
+        return None  # every message unlocked at its own commit
+
+    def close(self) -> None:
+        unstarted, self.ahead = list(self.ahead), {}
+        if unstarted:
+            try:
+                self.strategy.release_many(unstarted, self.owner)
+            except StoreError:
+                pass  # their leases end them; the redeliveries wait that long

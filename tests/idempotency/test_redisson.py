@@ -243,3 +243,80 @@ def test_built_from_url_or_client(redis_server: Any) -> None:
         s.close()
     assert client.ping()  # a client it was given is not closed
     client.close()
+
+
+def _lock_keys(s: RedissonLock) -> list[bytes]:
+    return sorted(s.client.scan_iter(match=f"{s.prefix}:*:lock"))
+
+
+def _take_and_give_back(s: RedissonLock, name: str) -> bool:
+    lock = s.lock(name)
+    if not lock.acquire(blocking=False):
+        return False
+    lock.release()
+    return True
+
+
+def test_a_batch_locks_ahead_and_unlocks_each_message_at_its_commit(make_lock: Any) -> None:
+    """consume_batch: the batch's keys locked in one round trip before the first
+    handler (another owner finds a later key of the batch taken), each message unlocked
+    at its own commit or abort (a second copy of a key locks afresh: a higher token),
+    nothing left locked after the batch."""
+    s = make_lock(wait_s=0)
+    seen: list[tuple[str, int]] = []
+    during: dict[str, Any] = {}
+
+    @idempotent(key="keys", strategy=s, namespace=NS)
+    def handle(message: Message, ctx: Context) -> None:
+        handle_: LockHandle = ctx.handle
+        seen.append((ctx.key, handle_.token))
+        if ctx.key == "b-1" and "d" not in during:  # another owner, while the batch runs
+            during["d"] = in_thread(lambda: s.lock(f"{NS}:b-4").acquire(blocking=False))
+            during["other"] = in_thread(lambda: _take_and_give_back(s, f"{NS}:b-9"))
+        if ctx.key == "b-3":
+            raise ValueError("b-3 fails")
+
+    keys = ["b-1", "b-2", "b-1", "b-3", "b-4"]
+    results = handle.consume_batch([msg(k) for k in keys])
+
+    assert [r.outcome for r in results] == [
+        Outcome.PROCESSED,
+        Outcome.PROCESSED,
+        Outcome.PROCESSED,
+        Outcome.FAILED,
+        Outcome.PROCESSED,
+    ]
+    assert during == {"d": False, "other": True}  # b-4 held ahead; b-9 not in the batch
+    tokens = dict(seen[:2])
+    assert [k for k, _ in seen] == keys
+    assert seen[2][1] == tokens["b-1"] + 1  # the second b-1 locked again after the first's unlock
+    assert _lock_keys(s) == []
+
+
+def test_a_batch_waits_at_its_turn_for_a_key_another_holds(make_lock: Any) -> None:
+    """A key held elsewhere when the batch starts is not taken ahead: its message tries
+    at its turn (here: wait_s 0, so in progress), the others run; a stopping runner's
+    unstarted messages give their locks back."""
+    s = make_lock(wait_s=0)
+    held = s.lock(f"{NS}:w-2")
+    assert in_thread(lambda: held.acquire(blocking=False)) is True
+    ran: list[str] = []
+
+    @idempotent(key="keys", strategy=s, namespace=NS)
+    def handle(message: Message, ctx: Context) -> None:
+        ran.append(ctx.key)
+
+    results = handle.consume_batch([msg("w-1"), msg("w-2"), msg("w-3")])
+    assert [r.outcome for r in results] == [
+        Outcome.PROCESSED,
+        Outcome.IN_PROGRESS,
+        Outcome.PROCESSED,
+    ]
+    assert not ack_of(results[1]) and ran == ["w-1", "w-3"]
+    in_thread(held.release)
+
+    stopped = handle.consume_batch(
+        [msg("w-4"), msg("w-5"), msg("w-6")], stopping=lambda: len(ran) >= 3
+    )
+    assert [r.outcome for r in stopped] == [Outcome.PROCESSED]
+    assert _lock_keys(s) == []  # w-5 and w-6 were locked ahead and given back
