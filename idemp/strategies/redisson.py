@@ -212,6 +212,7 @@ class _Held:
     owner: str
     token: int
     lost: bool = False
+    releasing: bool = False  # an unlock is under way: a failed renewal is that unlock
 
 
 class _Watchdog:
@@ -255,7 +256,7 @@ class _Watchdog:
                 continue
             self.renewals += 1
             for h, ok in zip(held, replies):
-                if ok != 1:
+                if ok != 1 and not h.releasing:
                     h.lost = True
                     self.remove(h.lock_key, h.owner)
                     logger.warning("idemp event=lease_lost lock=%s token=%s", h.lock_key, h.token)
@@ -404,7 +405,7 @@ class RedissonLock(Strategy):
         with self._local_lock:
             self._local.setdefault((lock_key, owner), held)
             held = self._local[(lock_key, owner)]
-            held.token, held.lost = token, False
+            held.token, held.lost, held.releasing = token, False, False
         if self._watchdog is not None:
             self._watchdog.add(held)
 
@@ -413,6 +414,10 @@ class RedissonLock(Strategy):
         → holds left (0: released, waiters notified), or -1 if it was not ours."""
         lock_key, _fence, channel = self._keys(name)
         left = -1
+        with self._local_lock:
+            held = self._local.get((lock_key, owner))
+        if held is not None:
+            held.releasing = True
         try:
             left = int(
                 self._unlock(
@@ -427,6 +432,8 @@ class RedissonLock(Strategy):
         finally:
             if left <= 0:
                 self._forget(lock_key, owner)
+            elif held is not None:
+                held.releasing = False  # still held (reentered): renewals count again
         return left
 
     def _forget(self, lock_key: str, owner: str) -> None:
