@@ -544,21 +544,37 @@ class UniqueKeyTable(ClaimStrategy):
         owners = [ticket.token for ticket in tickets]
         try:
             with self._auto.begin() as conn:
-                done = conn.execute(
-                    sa.update(t)
-                    .where(
-                        sa.tuple_(t.c.namespace, t.c.business_key).in_(
-                            [(x.job.namespace, stored_key(x.job.key)) for x in tickets]
-                        ),
-                        t.c.owner.in_(owners),
-                    )
-                    .values(
-                        status=CONSUMED,
-                        deadline_ms=None,
-                        expires_ms=now + self.retention_ms,
-                        updated_ms=now,
-                    )
-                ).rowcount
+                if self.dialect == "sqlite":
+                    # SQLite plans a row-value IN list as a scan of the whole table (a
+                    # batch's commit grew with the table: 100,000 records, 3x the CPU);
+                    # one UPDATE by primary key per record, in the same transaction
+                    params = [
+                        {
+                            "ns": x.job.namespace,
+                            "key": stored_key(x.job.key),
+                            "me": x.token,
+                            "expires": now + self.retention_ms,
+                            "now": now,
+                        }
+                        for x in tickets
+                    ]
+                    done = conn.execute(self._mark_consumed, params).rowcount
+                else:
+                    done = conn.execute(
+                        sa.update(t)
+                        .where(
+                            sa.tuple_(t.c.namespace, t.c.business_key).in_(
+                                [(x.job.namespace, stored_key(x.job.key)) for x in tickets]
+                            ),
+                            t.c.owner.in_(owners),
+                        )
+                        .values(
+                            status=CONSUMED,
+                            deadline_ms=None,
+                            expires_ms=now + self.retention_ms,
+                            updated_ms=now,
+                        )
+                    ).rowcount
         except SQLAlchemyError as exc:
             raise StoreError(f"batch commit failed: {exc}") from exc
         if done != len(tickets):
