@@ -26,7 +26,7 @@ compose with every strategy; ``idemp.pipeline`` maps :class:`GuardDrop` and
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Protocol
@@ -37,6 +37,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from idemp.keys import KeyExtractor, KeyResult, KeySpec, Missing, extractor
 from idemp.message import Message, ack_of
+from idemp.strategies._entity_batch import BatchRows
 from idemp.strategies._sql import (
     busy,
     close_quietly,
@@ -181,6 +182,9 @@ class StateTx(Protocol):
 class StateStore(Protocol):
     def open(self, entity: str, connection: Any) -> StateTx: ...
 
+    # optional, for a runner's batch (SqlStateStore has them): preload(entities,
+    # connection) loads the batch's states in its transaction, unload(connection) forgets
+
 
 class _SqlTx:
     def __init__(self, store: SqlStateStore, conn: Connection, own: bool, entity: str) -> None:
@@ -246,6 +250,10 @@ class SqlStateStore:
             .with_for_update()
         )
         self._insert = insert_ignore(t, engine.dialect.name)
+        self._rows = BatchRows(t, id_column, engine.dialect.name, lock=True)
+        # a batch's preloaded states, by the batch transaction's connection (one batch
+        # per connection at a time; each runner thread has its own)
+        self._preloaded: dict[int, dict[str, str | None]] = {}
         # The compare-and-set statements are built once: building and cache-keying an
         # expression per transition cost more CPU than SQLite's UPDATE itself.
         entity_is = t.c[id_column] == sa.bindparam("b_entity")
@@ -259,12 +267,46 @@ class SqlStateStore:
             sa.update(t).where(entity_is, t.c[state_column].is_(None)).values(new_state)
         )
 
-    def open(self, entity: str, connection: Any) -> StateTx:
-        joined = (
+    def _joins(self, connection: Any) -> bool:
+        return (
             isinstance(connection, Connection)
             and connection.engine.url == self.engine.url
             and connection.in_transaction()
         )
+
+    def preload(self, entities: Sequence[str], connection: Any) -> None:
+        """A batch's entity rows created and locked in the batch's transaction, in id
+        order, in two statements (in a savepoint: a row held elsewhere undoes only this);
+        ``open`` then hands each entity its state without a statement, once: a second
+        transition of the same entity in the batch reads the row again."""
+        entities = sorted(set(entities))
+        if len(entities) < 2 or not self._joins(connection) or self._rows.insert is None:
+            return
+        try:
+            connection.exec_driver_sql("SAVEPOINT idemp_states")
+            try:
+                self._rows.create(connection, entities)
+                rows = self._rows.read(connection, entities)
+            except SQLAlchemyError:
+                connection.exec_driver_sql("ROLLBACK TO SAVEPOINT idemp_states")
+                rows = {}
+            connection.exec_driver_sql("RELEASE SAVEPOINT idemp_states")
+        except SQLAlchemyError:
+            return  # the batch's transaction is broken: each message will say so
+        column = self.state_column
+        self._preloaded[id(connection)] = {e: row[column] for e, row in rows.items()}
+
+    def unload(self, connection: Any) -> None:
+        self._preloaded.pop(id(connection), None)
+
+    def open(self, entity: str, connection: Any) -> StateTx:
+        joined = self._joins(connection)
+        if joined:
+            ahead = self._preloaded.get(id(connection))
+            if ahead is not None and entity in ahead:
+                tx = _SqlTx(self, connection, False, entity)
+                tx.state = ahead.pop(entity)
+                return tx
         conn: Connection = connection if joined else None  # type: ignore[assignment]
         try:
             if conn is None:
@@ -385,6 +427,23 @@ class Guard:
             tx.finish(False)
             raise
         return Entered(tx, Transition(entity, tx.state, target))
+
+    def preload(self, messages: Sequence[Message], connection: Any) -> None:
+        """A runner's batch: let the store load its entities' states at once, in the
+        batch's transaction. Best effort: what is not loaded is loaded at its turn."""
+        preload = getattr(self.store, "preload", None)
+        if preload is None:
+            return
+        entities = [self.entity.extract(m) for m in messages]
+        try:
+            preload([e for e in entities if isinstance(e, str)], connection)
+        except Exception:  # a store of the user's: each message loads its own state
+            return
+
+    def unload(self, connection: Any) -> None:
+        unload = getattr(self.store, "unload", None)
+        if unload is not None:
+            unload(connection)
 
     @staticmethod
     def leave(entered: Entered, value: Any) -> None:

@@ -556,10 +556,16 @@ class IdempotentListener(_Wrapped):
         if session is None:
             return self._each(messages, found, core.strategy, stop_on_failure, stopping)
         store = _Recording(session)
+        guard = core.guard
+        conn = session.connection() if guard is not None else None
+        if guard is not None and conn is not None:
+            guard.preload(messages, conn)
         try:
             out = self._each(messages, found, store, stop_on_failure, stopping)
             return self._finish(store, out)
         finally:
+            if guard is not None and conn is not None:
+                guard.unload(conn)
             session.close()
 
     def _each(
@@ -654,6 +660,9 @@ class _Recording(BatchSession):
 
     def close(self) -> None:
         self.session.close()
+
+    def connection(self) -> Any:
+        return self.session.connection()
 
 
 class AsyncIdempotentListener(_Wrapped):

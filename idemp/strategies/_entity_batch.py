@@ -84,7 +84,7 @@ class BatchRows:
             conn.execute(self.insert, [{self.id_column: e} for e in entities])
         return True
 
-    def read(self, conn: Connection, entities: list[Any]) -> dict[Any, Row | None]:
+    def read(self, conn: Connection, entities: list[Any]) -> dict[Any, Row]:
         rows = conn.execute(self.read_statement, {"ids": entities}).mappings().all()
         return {row[self.id_column]: row for row in rows}
 
@@ -158,3 +158,6 @@ class EntityBatch(BatchSession):
 
     def close(self) -> None:
         close_quietly(self.conn)
+
+    def connection(self) -> Any:
+        return self.conn

@@ -211,6 +211,11 @@ class BatchSession(ABC):
     def close(self) -> None:
         """Give back what the session holds; what ``finish`` did not make stick is undone."""
 
+    def connection(self) -> Any:
+        """The SQL connection whose transaction the batch runs in, if there is one (a
+        guard's state store then loads the batch's states in it at once)."""
+        return None
+
 
 class ClaimStrategy(Strategy):
     """Base of the claim-based strategies: CONSUMING/CONSUMED records with a deadline.

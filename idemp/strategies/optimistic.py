@@ -187,7 +187,7 @@ class OptimisticVersion(Strategy):
         """A batch's rows in one statement. An id with no row is answered "no row" only
         when ids and the column are both strings: otherwise the database may normalise
         an id (another type), and that one is read at its turn."""
-        found = self._rows.read(conn, entities)
+        found: dict[Any, Row | None] = dict(self._rows.read(conn, entities))
         if self._string_ids and all(isinstance(e, str) for e in entities):
             for entity in entities:
                 found.setdefault(entity, None)

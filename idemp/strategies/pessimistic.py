@@ -159,7 +159,7 @@ class PessimisticRowLock(Strategy):
         if self.lock_missing and not self._rows.create(conn, entities):
             for entity in entities:
                 self._ensure_row(conn, entity)
-        return self._rows.read(conn, entities)
+        return dict(self._rows.read(conn, entities))
 
     def ticket(self, job: Job, conn: Connection, entity: Any, row: Row | None) -> Ticket:
         data = None if row is None else dict(row)

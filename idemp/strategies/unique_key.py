@@ -782,3 +782,6 @@ class _TransactionSession(BatchSession):
 
     def close(self) -> None:
         _close_quietly(self.conn)
+
+    def connection(self) -> Any:
+        return self.conn

@@ -271,6 +271,70 @@ def test_guards_hold_and_apply_inside_batches(transactional: bool, tmp_path: Pat
     store.close()
 
 
+def test_a_guarded_batch_loads_and_locks_its_states_before_the_first_handler(
+    postgres_server: Any,
+) -> None:
+    """In the batch's transaction, the state rows of all its entities are created and
+    locked at once (another transaction cannot lock a later message's entity while the
+    first handler runs); a second transition of an entity in the batch sees the first."""
+    url = postgres_server.url
+    name = f"t_{uuid.uuid4().hex[:12]}"
+    strategy = UniqueKeyTable(url, table=name, transactional=True)
+    store = SqlStateStore(url, table=f"{name}_state")
+    other = sa.create_engine(url)
+    seen: list[tuple[str, str | None, str]] = []
+    during: list[str] = []
+
+    @guarded(
+        RIDE_HAILING_ORDER,
+        entity="json:order",
+        target="json:state",
+        store=store,
+        strategy=strategy,
+    )
+    def on_transition(message: Message, ctx: Context) -> None:
+        t = ctx.transition
+        assert t is not None
+        seen.append((t.entity, t.source, t.target))
+        if not during:
+            with other.connect() as conn:
+                query = f"SELECT state FROM {name}_state WHERE id = 'g-2' FOR UPDATE NOWAIT"
+                try:
+                    conn.exec_driver_sql(query).all()
+                    during.append("g-2 free")
+                except sa.exc.OperationalError as exc:
+                    during.append(type(exc.orig).__name__)
+
+    def order_msg(order: str, state: str) -> Message:
+        body = json.dumps({"order": order, "state": state}).encode()
+        return Message("Orders", body, msg_id=uuid.uuid4().hex)
+
+    try:
+        during.append("before the batch")
+        assert on_transition(order_msg("g-2", "created")).outcome is Outcome.PROCESSED
+        during.clear()
+        results = on_transition.consume_batch(
+            [
+                order_msg("g-1", "created"),
+                order_msg("g-2", "driver_assigned"),
+                order_msg("g-1", "driver_assigned"),
+            ]
+        )
+        assert outcomes(results) == [Outcome.PROCESSED] * 3
+        assert during == ["LockNotAvailable"]  # g-2's row: locked with g-1's, ahead
+        assert seen == [
+            ("g-2", None, "created"),
+            ("g-1", None, "created"),
+            ("g-2", "created", "driver_assigned"),
+            ("g-1", "created", "driver_assigned"),  # saw the first g-1 of the batch
+        ]
+        assert store.states() == {"g-1": "driver_assigned", "g-2": "driver_assigned"}
+    finally:
+        strategy.close()
+        store.close()
+        other.dispose()
+
+
 @pytest.mark.parametrize("orderly", [False, True])
 def test_runners_hand_their_batches_to_the_listener(orderly: bool, tmp_path: Path) -> None:
     """idemp's runners with consume_batch_size 8 against idemp's broker: producer
