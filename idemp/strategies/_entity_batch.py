@@ -97,6 +97,26 @@ def in_id_order(entities: list[Any]) -> list[Any]:
         return entities
 
 
+def begin_alone(strategy: EntityStrategy, job: Job) -> Ticket:
+    """One message on its own: its own transaction, its row read (pessimistic: locked),
+    its ticket; a verdict not to run gives the transaction back at once."""
+    entity = strategy.entity_id(job)
+    conn: Connection | None = None
+    try:
+        conn = strategy.open_transaction()
+        row = strategy.read_row(conn, entity)
+    except SQLAlchemyError as exc:
+        if conn is not None:
+            close_quietly(conn)
+        if busy(exc):
+            return Ticket(job, Verdict.IN_PROGRESS, detail=f"{entity!r} is locked")
+        raise StoreError(f"read of {entity!r} failed: {exc}") from exc
+    ticket = strategy.ticket(job, conn, entity, row)
+    if not ticket.verdict.runs:
+        close_quietly(conn)
+    return ticket
+
+
 class EntityBatch(BatchSession):
     def __init__(self, strategy: EntityStrategy, jobs: Sequence[Job]) -> None:
         self.strategy = strategy

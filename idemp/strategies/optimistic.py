@@ -27,11 +27,11 @@ from typing import Any, Literal
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
-from sqlalchemy.exc import IntegrityError, SQLAlchemyError
+from sqlalchemy.exc import IntegrityError
 
 from idemp.message import Message
 from idemp.outcome import Outcome
-from idemp.strategies._entity_batch import BatchRows, EntityBatch, Row
+from idemp.strategies._entity_batch import BatchRows, EntityBatch, Row, begin_alone
 from idemp.strategies._sql import (
     busy,
     close_quietly,
@@ -43,7 +43,7 @@ from idemp.strategies._sql import (
     set_lock_timeout,
     store_failure,
 )
-from idemp.strategies.base import BatchSession, Job, StoreError, Strategy, Ticket, Verdict
+from idemp.strategies.base import BatchSession, Job, Strategy, Ticket, Verdict
 
 log = logging.getLogger("idemp.strategies.optimistic")
 
@@ -212,21 +212,7 @@ class OptimisticVersion(Strategy):
         return Ticket(job, Verdict.RUN, handle=handle, atomic=True, private=conn)
 
     def begin(self, job: Job) -> Ticket:
-        entity = self.entity_id(job)
-        conn: Connection | None = None
-        try:
-            conn = self.open_transaction()
-            row = self.read_row(conn, entity)
-        except SQLAlchemyError as exc:
-            if conn is not None:
-                close_quietly(conn)
-            if busy(exc):
-                return Ticket(job, Verdict.IN_PROGRESS, detail="lock wait timed out")
-            raise StoreError(f"read of {entity!r} failed: {exc}") from exc
-        ticket = self.ticket(job, conn, entity, row)
-        if not ticket.verdict.runs:
-            close_quietly(conn)
-        return ticket
+        return begin_alone(self, job)
 
     def session(self, jobs: Sequence[Job]) -> BatchSession | None:
         """The batch in one transaction: its rows read in one statement, a savepoint per

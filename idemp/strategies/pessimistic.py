@@ -25,10 +25,10 @@ from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
-from sqlalchemy.exc import IntegrityError, SQLAlchemyError
+from sqlalchemy.exc import IntegrityError
 
 from idemp.outcome import Outcome
-from idemp.strategies._entity_batch import BatchRows, EntityBatch, Row
+from idemp.strategies._entity_batch import BatchRows, EntityBatch, Row, begin_alone
 from idemp.strategies._sql import (
     busy,
     close_quietly,
@@ -40,7 +40,7 @@ from idemp.strategies._sql import (
     set_lock_timeout,
     store_failure,
 )
-from idemp.strategies.base import BatchSession, Job, StoreError, Strategy, Ticket, Verdict
+from idemp.strategies.base import BatchSession, Job, Strategy, Ticket, Verdict
 
 logger = logging.getLogger("idemp")
 _warned_sqlite = False
@@ -170,18 +170,7 @@ class PessimisticRowLock(Strategy):
         return None
 
     def begin(self, job: Job) -> Ticket:
-        entity = self.entity_id(job)
-        conn: Connection | None = None
-        try:
-            conn = self.open_transaction()
-            row = self.read_row(conn, entity)
-        except SQLAlchemyError as exc:
-            if conn is not None:
-                close_quietly(conn)
-            if busy(exc):
-                return Ticket(job, Verdict.IN_PROGRESS, detail=f"{entity!r} is locked")
-            raise StoreError(f"lock of {entity!r} failed: {exc}") from exc
-        return self.ticket(job, conn, entity, row)
+        return begin_alone(self, job)
 
     def session(self, jobs: Sequence[Job]) -> BatchSession | None:
         """The batch in one transaction: its rows locked in one statement, a savepoint

@@ -52,3 +52,16 @@ def make_strategy(make_spec: Callable[..., Spec]) -> Iterator[Callable[..., tupl
     yield factory
     for strategy in made:
         strategy.close()
+
+
+@pytest.fixture
+def sql_url(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[str], str]:
+    """``sql_url("sqlite")``: a database file of the test; ``sql_url("pg")``: the
+    session's PostgreSQL (started on first use)."""
+
+    def url(kind: str) -> str:
+        if kind == "sqlite":
+            return f"sqlite:///{tmp_path / 'around.db'}"
+        return str(request.getfixturevalue("postgres_server").url)
+
+    return url

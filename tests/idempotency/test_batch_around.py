@@ -7,8 +7,7 @@ from __future__ import annotations
 import random
 import threading
 import uuid
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -28,16 +27,6 @@ def msg(key: str) -> Message:
 
 def outcomes(results: list[Any]) -> list[Any]:
     return [r.outcome if isinstance(r, Result) else r for r in results]
-
-
-@pytest.fixture
-def sql_url(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[str], str]:
-    def url(kind: str) -> str:
-        if kind == "sqlite":
-            return f"sqlite:///{tmp_path / 'around.db'}"
-        return str(request.getfixturevalue("postgres_server").url)
-
-    return url
 
 
 @pytest.fixture

@@ -10,7 +10,6 @@ import logging
 import threading
 import uuid
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -32,16 +31,6 @@ NS = "g/Orders"
 def msg(key: str, version: int | None = None) -> Message:
     props = {} if version is None else {"version": str(version)}
     return Message("Orders", b"{}", keys=(key,), properties=props, msg_id=uuid.uuid4().hex)
-
-
-@pytest.fixture
-def sql_url(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[str], str]:
-    def url(kind: str) -> str:
-        if kind == "sqlite":
-            return f"sqlite:///{tmp_path / 'around.db'}"
-        return str(request.getfixturevalue("postgres_server").url)
-
-    return url
 
 
 @pytest.fixture
