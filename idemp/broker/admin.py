@@ -172,7 +172,9 @@ def topic_config(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingCo
         return cmd.response(
             ResponseCode.TOPIC_NOT_EXIST, f"No topic in this broker. topic: {topic}"
         )
-    return cmd.response(ResponseCode.SUCCESS, body=json.dumps(topic_json(cfg)).encode())
+    # a RocketMQ 5 request: "attributes" always there, {} when none (RocketMQ 5.3.3)
+    body = {**topic_json(cfg), "attributes": dict(cfg.attributes)}
+    return cmd.response(ResponseCode.SUCCESS, body=json.dumps(body).encode())
 
 
 def create_group(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingCommand:

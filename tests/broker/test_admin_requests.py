@@ -97,7 +97,7 @@ def test_one_topic_config_as_rocketmq_5_answers_it(broker: BrokerProcess) -> Non
         cfg = _body(c.request(RequestCode.GET_TOPIC_CONFIG, {"topic": TOPIC}))
         missing = c.request(RequestCode.GET_TOPIC_CONFIG, {"topic": "NoSuchTopic"})
     assert (cfg["topicName"], cfg["readQueueNums"], cfg["writeQueueNums"]) == (TOPIC, 2, 2)
-    assert (cfg["perm"], cfg["order"]) == (6, False)
+    assert (cfg["perm"], cfg["order"], cfg["attributes"]) == (6, False, {})
     assert (missing.code, missing.remark) == (
         ResponseCode.TOPIC_NOT_EXIST,
         "No topic in this broker. topic: NoSuchTopic",
