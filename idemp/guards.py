@@ -39,6 +39,7 @@ from idemp.keys import KeyExtractor, KeyResult, KeySpec, Missing, extractor
 from idemp.message import Message, ack_of
 from idemp.strategies._entity_batch import BatchRows
 from idemp.strategies._sql import (
+    Savepoints,
     busy,
     close_quietly,
     insert_ignore,
@@ -282,16 +283,14 @@ class SqlStateStore:
         entities = sorted(set(entities))
         if len(entities) < 2 or not self._joins(connection) or self._rows.insert is None:
             return
+
+        def create_and_read() -> dict[Any, Any]:
+            self._rows.create(connection, entities)
+            return self._rows.read(connection, entities)
+
         try:
-            connection.exec_driver_sql("SAVEPOINT idemp_states")
-            try:
-                self._rows.create(connection, entities)
-                rows = self._rows.read(connection, entities)
-            except SQLAlchemyError:
-                connection.exec_driver_sql("ROLLBACK TO SAVEPOINT idemp_states")
-                rows = {}
-            connection.exec_driver_sql("RELEASE SAVEPOINT idemp_states")
-        except SQLAlchemyError:
+            rows = Savepoints(connection).attempt("idemp_states", create_and_read) or {}
+        except StoreError:
             return  # the batch's transaction is broken: each message will say so
         column = self.state_column
         self._preloaded[id(connection)] = {e: row[column] for e, row in rows.items()}

@@ -137,15 +137,10 @@ class EntityBatch(BatchSession):
     def _read_ahead(self, entities: list[Any]) -> None:
         """In a savepoint: a lock wait that times out (rows another batch holds) undoes
         only this, and each message then reads its row at its turn."""
-        sql = self.savepoints.sql
-        sql("SAVEPOINT idemp_ahead")
-        try:
-            self.ahead = self.strategy.read_rows(self.conn, entities)
-        except SQLAlchemyError:
-            sql("ROLLBACK TO SAVEPOINT idemp_ahead")
-            sql("RELEASE SAVEPOINT idemp_ahead")
-            return
-        sql("RELEASE SAVEPOINT idemp_ahead")
+        rows = self.savepoints.attempt(
+            "idemp_ahead", lambda: self.strategy.read_rows(self.conn, entities)
+        )
+        self.ahead = rows or {}
 
     def begin(self, job: Job) -> Ticket:
         strategy = self.strategy

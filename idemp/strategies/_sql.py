@@ -5,7 +5,8 @@ pessimistic row lock): engine building, SQLite's BEGIN IMMEDIATE, lock-timeout d
 from __future__ import annotations
 
 import re
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy import event
@@ -14,6 +15,7 @@ from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 _SQLITE_HOOKED = "_idemp_begin_immediate"
+T = TypeVar("T")
 
 
 def valid_identifier(name: str) -> str:
@@ -204,6 +206,20 @@ class Savepoints:
             self.sql("RELEASE SAVEPOINT idemp_msg")
             self.sql("SAVEPOINT idemp_msg")
         self.open = True
+
+    def attempt(self, name: str, step: Callable[[], T]) -> T | None:
+        """Run ``step`` in a savepoint of its own (a batch's work ahead of its first
+        message): a database error in it, such as a lock wait that timed out, undoes
+        only that step (→ None) and leaves the batch's transaction usable."""
+        self.sql(f"SAVEPOINT {name}")
+        try:
+            out = step()
+        except SQLAlchemyError:
+            self.sql(f"ROLLBACK TO SAVEPOINT {name}")
+            self.sql(f"RELEASE SAVEPOINT {name}")
+            return None
+        self.sql(f"RELEASE SAVEPOINT {name}")
+        return out
 
     def undo(self) -> None:
         """Undo the current message's work (only its own)."""

@@ -541,7 +541,6 @@ class UniqueKeyTable(ClaimStrategy):
             return
         t = self.table
         now = _now_ms()
-        owners = [ticket.token for ticket in tickets]
         try:
             with self._auto.begin() as conn:
                 if self.dialect == "sqlite":
@@ -566,7 +565,7 @@ class UniqueKeyTable(ClaimStrategy):
                             sa.tuple_(t.c.namespace, t.c.business_key).in_(
                                 [(x.job.namespace, stored_key(x.job.key)) for x in tickets]
                             ),
-                            t.c.owner.in_(owners),
+                            t.c.owner.in_([x.token for x in tickets]),
                         )
                         .values(
                             status=CONSUMED,
@@ -715,17 +714,15 @@ class _TransactionSession(BatchSession):
             firsts.setdefault((job.namespace, stored_key(job.key)), job)
         if s.dialect not in ("postgresql", "sqlite") or len(firsts) < 2:
             return {}
-        self._sql("SAVEPOINT idemp_ahead")
-        try:
-            # in key order: two batches claiming overlapping keys lock them in the same
-            # order, so they wait for each other instead of deadlocking
-            ordered = [firsts[ident] for ident in sorted(firsts)]
-            token, got = s._insert_claims(self.conn, ordered, CONSUMED)
-        except SQLAlchemyError:
-            self._sql("ROLLBACK TO SAVEPOINT idemp_ahead")
-            self._sql("RELEASE SAVEPOINT idemp_ahead")
+        # in key order: two batches claiming overlapping keys lock them in the same
+        # order, so they wait for each other instead of deadlocking
+        ordered = [firsts[ident] for ident in sorted(firsts)]
+        claimed = self.savepoints.attempt(
+            "idemp_ahead", lambda: s._insert_claims(self.conn, ordered, CONSUMED)
+        )
+        if claimed is None:
             return {}
-        self._sql("RELEASE SAVEPOINT idemp_ahead")
+        token, got = claimed
         out: dict[int, Ticket] = {}
         for ns, key in got:
             job = firsts[(ns, key)]
