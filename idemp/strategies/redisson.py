@@ -476,12 +476,18 @@ class RedissonLock(Strategy):
         return got
 
     def _release_many(self, names: Sequence[str], owner: str) -> None:
+        """As :meth:`release` for each name: a hold still entered (an outer one of the
+        same thread) keeps being renewed; on an error the leases decide."""
         keys = [self._keys(name) for name in names]
+        left: list[Any] = [0] * len(keys)
         try:
-            self._unlock.many([((lock, ch), (owner, self.lease_ms, "")) for lock, _f, ch in keys])
+            left = self._unlock.many(
+                [((lock, ch), (owner, self.lease_ms, "")) for lock, _f, ch in keys]
+            )
         finally:
-            for lock_key, _fence, _channel in keys:
-                self._forget(lock_key, owner)
+            for (lock_key, _fence, _channel), n in zip(keys, left):
+                if int(n) <= 0:
+                    self._forget(lock_key, owner)
 
     def release_many(self, names: Sequence[str], owner: str) -> None:
         """Give back holds never used (one level each), in one pipelined round trip."""

@@ -336,3 +336,24 @@ def test_an_unlock_racing_a_renewal_is_not_reported_as_a_lost_lease(
             lock.release()
     assert s._watchdog is not None and s._watchdog.renewals > 0
     assert [r.getMessage() for r in caplog.records if "lease_lost" in r.getMessage()] == []
+
+
+def test_a_batch_gives_back_only_its_own_level_of_a_reentered_lock(make_lock: Any) -> None:
+    """The thread already holds a key of the batch (an outer hold): the batch enters it
+    again ahead; when that message never starts, the batch leaves its own level only,
+    and the outer hold stays held and renewed by the watchdog."""
+    s = make_lock(wait_s=0)
+    outer = s.lock(f"{NS}:r-2")
+    assert outer.acquire(timeout=0)
+
+    @idempotent(key="keys", strategy=s, namespace=NS)
+    def handle(message: Message) -> None:
+        return None
+
+    results = handle.consume_batch([msg("r-1"), msg("r-2")], stopping=lambda: True)
+    assert results == []
+    lock_key = s._keys(f"{NS}:r-2")[0]
+    assert s._watchdog is not None and any(k == lock_key for k, _ in s._watchdog._held)
+    assert outer.held() and in_thread(lambda: s.lock(f"{NS}:r-2").acquire(blocking=False)) is False
+    outer.release()
+    assert _lock_keys(s) == []
