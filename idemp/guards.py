@@ -39,6 +39,7 @@ from idemp.keys import KeyExtractor, KeyResult, KeySpec, Missing, extractor
 from idemp.message import Message, ack_of
 from idemp.strategies._entity_batch import BatchRows
 from idemp.strategies._sql import (
+    DriverStatement,
     Savepoints,
     busy,
     close_quietly,
@@ -195,8 +196,8 @@ class _SqlTx:
     def save(self, transition: Transition) -> None:
         store = self.store
         stmt = store._set_from_none if transition.source is None else store._set_from
-        done = self.connection.execute(
-            stmt,
+        done = stmt.run(
+            self.connection,
             {"b_entity": self.entity, "b_source": transition.source, "b_target": transition.target},
         ).rowcount
         if done != 1:
@@ -251,21 +252,23 @@ class SqlStateStore:
             .with_for_update()
         )
         self._insert = insert_ignore(t, engine.dialect.name)
-        self._rows = BatchRows(t, id_column, engine.dialect.name, lock=True)
+        self._rows = BatchRows(t, id_column, engine, lock=True)
         # a batch's preloaded states, by the batch transaction's connection (one batch
         # per connection at a time; each runner thread has its own)
         self._preloaded: dict[int, dict[str, str | None]] = {}
-        # The compare-and-set statements are built once: building and cache-keying an
-        # expression per transition cost more CPU than SQLite's UPDATE itself.
+        # The compare-and-set statements are built and compiled once and run on the
+        # driver's cursor: SQLAlchemy's per-execution work cost more than the UPDATE.
         entity_is = t.c[id_column] == sa.bindparam("b_entity")
         new_state: dict[str, Any] = {state_column: sa.bindparam("b_target")}
-        self._set_from = (
+        self._set_from = DriverStatement(
             sa.update(t)
             .where(entity_is, t.c[state_column] == sa.bindparam("b_source"))
-            .values(new_state)
+            .values(new_state),
+            engine,
         )
-        self._set_from_none = (
-            sa.update(t).where(entity_is, t.c[state_column].is_(None)).values(new_state)
+        self._set_from_none = DriverStatement(
+            sa.update(t).where(entity_is, t.c[state_column].is_(None)).values(new_state),
+            engine,
         )
 
     def _joins(self, connection: Any) -> bool:

@@ -16,10 +16,17 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
 import sqlalchemy as sa
-from sqlalchemy.engine import Connection
+from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 
-from idemp.strategies._sql import Savepoints, busy, close_quietly, insert_ignore
+from idemp.strategies._sql import (
+    DriverStatement,
+    Savepoints,
+    SizedStatements,
+    busy,
+    close_quietly,
+    insert_ignore,
+)
 from idemp.strategies.base import BatchSession, Job, StoreError, Ticket, Verdict
 
 Row = Mapping[Any, Any]  # a RowMapping
@@ -45,15 +52,19 @@ class BatchRows:
     """The statements that create and read (and lock) a batch's rows. On PostgreSQL the
     ids go as one array (``= ANY``, ``unnest``): one SQL text whatever the batch size,
     prepared once by psycopg; an ``IN`` list is a new text for every size (a batch's
-    locking read measured ~8 ms that way). Elsewhere an expanding ``IN`` and an
-    executemany INSERT."""
+    locking read measured ~8 ms that way). Elsewhere an ``IN`` list of bound ids and an
+    executemany INSERT, compiled once per batch size and run on the driver's cursor
+    (``DriverStatement``)."""
 
     def __init__(
-        self, table: sa.Table, id_column: str, dialect: str, *, lock: bool, nowait: bool = False
+        self, table: sa.Table, id_column: str, engine: Engine, *, lock: bool, nowait: bool = False
     ) -> None:
         self.id_column = id_column
         col = table.c[id_column]
+        dialect = engine.dialect.name
         self.arrays = dialect == "postgresql"
+        self.sized: SizedStatements | None = None
+        self.insert_one: DriverStatement | None = None
         ids: Any
         if self.arrays:
             from sqlalchemy.dialects.postgresql import ARRAY
@@ -69,6 +80,16 @@ class BatchRows:
         else:
             read = sa.select(table).where(col.in_(sa.bindparam("ids", expanding=True)))
             self.insert = insert_ignore(table, dialect)
+            if self.insert is not None:
+                self.insert_one = DriverStatement(self.insert, engine, [id_column])
+
+            def read_of(size: int) -> Any:
+                listed = sa.select(table).where(
+                    col.in_([sa.bindparam(f"id_{i}") for i in range(size)])
+                )
+                return listed.order_by(col).with_for_update(nowait=nowait) if lock else listed
+
+            self.sized = SizedStatements(read_of, engine)
         if lock:
             read = read.order_by(col).with_for_update(nowait=nowait)
         self.read_statement = read
@@ -81,11 +102,17 @@ class BatchRows:
         if self.arrays:
             conn.execute(self.insert, {"ids": entities})
         else:
-            conn.execute(self.insert, [{self.id_column: e} for e in entities])
+            assert self.insert_one is not None
+            self.insert_one.run_many(conn, [{self.id_column: e} for e in entities])
         return True
 
     def read(self, conn: Connection, entities: list[Any]) -> dict[Any, Row]:
-        rows = conn.execute(self.read_statement, {"ids": entities}).mappings().all()
+        listed = self.sized.get(len(entities)) if self.sized is not None else None
+        rows: Sequence[Row]
+        if listed is not None:
+            rows = listed.mappings(conn, {f"id_{i}": e for i, e in enumerate(entities)})
+        else:
+            rows = conn.execute(self.read_statement, {"ids": entities}).mappings().all()
         return {row[self.id_column]: row for row in rows}
 
 

@@ -154,7 +154,7 @@ class OptimisticVersion(Strategy):
         self.lock_timeout_ms = int(lock_timeout_s * 1000)
         t = self.table
         self._read = sa.select(t).where(t.c[id_column] == sa.bindparam("id"))
-        self._rows = BatchRows(t, id_column, engine.dialect.name, lock=False)
+        self._rows = BatchRows(t, id_column, engine, lock=False)
         dialect = engine.dialect.name
         # not MySQL's INSERT IGNORE: it also turns other errors (truncation) into warnings
         self._insert_new = (

@@ -115,7 +115,7 @@ class PessimisticRowLock(Strategy):
         self._lock = (
             sa.select(t).where(t.c[id_column] == sa.bindparam("id")).with_for_update(nowait=nowait)
         )
-        self._rows = BatchRows(t, id_column, self.dialect, lock=True, nowait=nowait)
+        self._rows = BatchRows(t, id_column, self.engine, lock=True, nowait=nowait)
         self._insert = insert_ignore(t, self.dialect)
 
     def __repr__(self) -> str:
