@@ -246,12 +246,16 @@ class SqlStateStore:
             self.table.metadata.create_all(engine, checkfirst=True)
         self.lock_timeout_ms = int(lock_timeout_s * 1000)
         t = self.table
-        self._lock = (
+        self._lock = DriverStatement(
             sa.select(t.c[state_column])
             .where(t.c[id_column] == sa.bindparam("id"))
-            .with_for_update()
+            .with_for_update(),
+            engine,
         )
         self._insert = insert_ignore(t, engine.dialect.name)
+        self._insert_one = (
+            None if self._insert is None else DriverStatement(self._insert, engine, [id_column])
+        )
         self._rows = BatchRows(t, id_column, engine, lock=True)
         # a batch's preloaded states, by the batch transaction's connection (one batch
         # per connection at a time; each runner thread has its own)
@@ -274,7 +278,7 @@ class SqlStateStore:
     def _joins(self, connection: Any) -> bool:
         return (
             isinstance(connection, Connection)
-            and connection.engine.url == self.engine.url
+            and (connection.engine is self.engine or connection.engine.url == self.engine.url)
             and connection.in_transaction()
         )
 
@@ -316,10 +320,10 @@ class SqlStateStore:
                 conn.begin()
                 set_lock_timeout(conn, self.lock_timeout_ms)
             tx = _SqlTx(self, conn, not joined, entity)
-            row = conn.execute(self._lock, {"id": entity}).first()
-            if row is None and self._insert is not None:  # lock a new entity too
-                conn.execute(self._insert, {self.id_column: entity})
-                row = conn.execute(self._lock, {"id": entity}).first()
+            row = self._lock.run(conn, {"id": entity}).fetchone()
+            if row is None and self._insert_one is not None:  # lock a new entity too
+                self._insert_one.run(conn, {self.id_column: entity})
+                row = self._lock.run(conn, {"id": entity}).fetchone()
         except SQLAlchemyError as exc:
             if conn is not None and not joined:
                 close_quietly(conn)

@@ -153,3 +153,33 @@ def test_a_host_without_a_consumer_group_fails_when_built(
     if group != "DEFAULT_CONSUMER":
         with pytest.raises(ValueError, match="pass the PushConsumer's consumer group"):
             callback(handle, group=group)  # type: ignore[arg-type]
+
+
+def test_json_paths_of_one_body_parse_it_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    import idemp.keys as keys
+
+    parsed: list[bytes] = []
+    real = keys.json.loads
+
+    def counting(body: Any) -> Any:
+        parsed.append(body)
+        return real(body)
+
+    monkeypatch.setattr(keys.json, "loads", counting)
+    entity, target = extractor("json:$.order"), extractor("json:state")
+    first = Message("T", b'{"order": "o-1", "state": "paid"}')
+    same_text = Message("T", bytes(bytearray(first.body)))  # equal, another object
+    big = Message("T", b'{"order": "o-2", "pad": "' + b"x" * (64 * 1024) + b'"}')
+    assert (entity.extract(first), target.extract(first), entity.extract(first)) == (
+        "o-1",
+        "paid",
+        "o-1",
+    )
+    assert entity.extract(same_text) == "o-1"
+    assert (entity.extract(big), entity.extract(big)) == ("o-2", "o-2")
+    # one parse per body object; a body over 64 KiB is parsed each time, not kept
+    assert [len(b) for b in parsed] == [len(first.body), len(first.body)] + [len(big.body)] * 2
+    assert parsed[1] is same_text.body
+    broken = Message("T", b"{not json")
+    assert isinstance(entity.extract(broken), Missing)
+    assert isinstance(entity.extract(broken), Missing)
