@@ -208,12 +208,9 @@ class DriverStatement:
                 and not compiled.escaped_bind_names
                 and "POSTCOMPILE" not in compiled.string
                 and all(compiled.binds[n].required for n in names)
-                and all(
-                    column[3]._cached_result_processor(dialect, None) is None
-                    for column in compiled._result_columns
-                )
+                and all(_plain_column(c[3], dialect) for c in compiled._result_columns)
             )
-        except (AttributeError, KeyError, TypeError, IndexError):  # another SQLAlchemy
+        except Exception:  # another SQLAlchemy, a type it cannot tell: keep its path
             return
         if plain:
             self.sql, self.names, self.positional = compiled.string, tuple(names), positional
@@ -259,13 +256,24 @@ class DriverStatement:
             ) from exc
         return cursor
 
-    def mappings(self, conn: Connection, params: dict[str, Any]) -> list[Mapping[str, Any]]:
+    def mappings(self, conn: Connection, params: dict[str, Any]) -> list[Mapping[Any, Any]]:
         """A SELECT's rows as mappings by column name."""
-        got = self.run(conn, params)
-        if not hasattr(got, "description"):
-            return list(got.mappings().all())
-        names = [d[0] for d in got.description]
-        return [dict(zip(names, row)) for row in got.fetchall()]
+        if self._watched(conn):
+            return list(conn.execute(self.statement, params).mappings().all())
+        cursor = self._on_cursor(conn, "execute", self._args(params))
+        names = [d[0] for d in cursor.description]
+        return [dict(zip(names, row)) for row in cursor.fetchall()]
+
+
+def _plain_column(type_: Any, dialect: Any) -> bool:
+    """A result column the driver hands back as SQLAlchemy would: strings and integers
+    with no conversion. Anything else (dates, decimals, booleans, JSON, enums) keeps
+    SQLAlchemy's path, whatever the dialect's processors say without a cursor."""
+    return (
+        isinstance(type_, (sa.String, sa.Integer))
+        and not isinstance(type_, sa.Enum)
+        and type_._cached_result_processor(dialect, None) is None
+    )
 
 
 class SizedStatements:

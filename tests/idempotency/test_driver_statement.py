@@ -91,10 +91,15 @@ def test_a_type_that_converts_values_keeps_sqlalchemy(kind: str, engine: Engine)
     without = DriverStatement(
         sa.select(table.c.id, table.c.state).where(table.c.id == sa.bindparam("i")), engine
     )
-    # SQLite hands dates back as text that SQLAlchemy converts; PostgreSQL's driver
-    # converts them itself, so only SQLite has to keep SQLAlchemy for this one
-    assert (with_date.sql is None) == (kind == "sqlite")
+    # a date (and any column not a plain string or integer) comes back as SQLAlchemy
+    # converts it, on every database: SQLAlchemy reads it
+    assert with_date.sql is None
     assert without.sql is not None
+    for other in (sa.Numeric(10, 2), sa.Boolean(), sa.JSON(), sa.Enum("a", "b", name="ab")):
+        typed = sa.select(sa.cast(table.c.state, other).label("x")).where(
+            table.c.id == sa.bindparam("i")
+        )
+        assert DriverStatement(typed, engine).sql is None, other
     defaulted = DriverStatement(sa.update(table).values(state="x"), engine)
     assert defaulted.sql is None  # a value bound in the statement: SQLAlchemy supplies it
 
