@@ -134,9 +134,12 @@ def _listener(row: str, urls: dict[str, str], tally: _Tally) -> tuple[Any, Any, 
     def joined(message: Message, ctx: Context) -> None:  # in the strategy's transaction
         ctx.connection.execute(insert, {"k": message.properties["UID"]})
 
+    # built once, as the INSERT is: built per message it cost ~100 µs more (SQLite)
+    exists = sa.select(table.c.id).where(table.c.k == sa.bindparam("uid"))
+
     def once(conn: Any, message: Message) -> None:  # check-then-act, under a lock
         uid = message.properties["UID"]
-        if conn.execute(sa.select(table.c.id).where(table.c.k == uid)).first() is None:
+        if conn.execute(exists, {"uid": uid}).first() is None:
             conn.execute(insert, {"k": uid})
 
     key = "property:UID"
