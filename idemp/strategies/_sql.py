@@ -249,7 +249,10 @@ class DriverStatement:
             getattr(cursor, method)(sql, args)
         except dbapi_error as exc:
             dropped = bool(conn.dialect.is_disconnect(exc, fairy, cursor))
-            if dropped:
+            if dropped:  # as SQLAlchemy does: the pool's older connections go too
+                invalidate_pool = getattr(conn.engine.pool, "_invalidate", None)
+                if invalidate_pool is not None:
+                    invalidate_pool(fairy, exc)
                 conn.invalidate(exc)
             raise DBAPIError.instance(
                 sql, args, exc, dbapi_error, connection_invalidated=dropped, dialect=conn.dialect

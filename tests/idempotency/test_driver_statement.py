@@ -189,3 +189,31 @@ def test_sqlite_write_lock_held_elsewhere_is_busy(tmp_path: Path) -> None:
         other.execute("ROLLBACK")
         other.close()
         engine.dispose()
+
+
+def test_a_dropped_connection_is_invalidated_as_sqlalchemy_does(
+    sql_url: Callable[[str], str],
+) -> None:
+    engine = make_engine(sql_url("pg"), 2.0, 2)
+    table = _table(engine, "ds_dropped")
+    cas = DriverStatement(
+        sa.update(table)
+        .where(table.c.id == sa.bindparam("b_id"))
+        .values(state=sa.bindparam("b_to")),
+        engine,
+    )
+    assert cas.sql is not None
+    try:
+        with engine.connect() as conn:
+            conn.begin()
+            pid = conn.exec_driver_sql("SELECT pg_backend_pid()").scalar_one()
+            with engine.connect() as killer:
+                killer.exec_driver_sql(f"SELECT pg_terminate_backend({int(pid)})")
+            with pytest.raises(DBAPIError) as caught:
+                cas.run(conn, {"b_id": "x", "b_to": "y"})
+            assert caught.value.connection_invalidated
+            assert conn.invalidated
+        with engine.connect() as conn:  # the pool hands out a live connection again
+            assert conn.exec_driver_sql("SELECT 1").scalar_one() == 1
+    finally:
+        engine.dispose()
