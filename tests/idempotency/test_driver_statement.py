@@ -47,6 +47,18 @@ def _table(engine: Engine, name: str) -> sa.Table:
     return table
 
 
+def _set_state(table: sa.Table, engine: Engine) -> DriverStatement:
+    """An UPDATE of a row's state that runs on the driver's cursor."""
+    statement = DriverStatement(
+        sa.update(table)
+        .where(table.c.id == sa.bindparam("b_id"))
+        .values(state=sa.bindparam("b_to")),
+        engine,
+    )
+    assert statement.sql is not None
+    return statement
+
+
 def _watched(engine: Engine) -> list[str]:
     seen: list[str] = []
 
@@ -170,13 +182,7 @@ def test_sqlite_write_lock_held_elsewhere_is_busy(tmp_path: Path) -> None:
     path = tmp_path / "busy.db"
     engine = make_engine(f"sqlite:///{path}", 0.05, 1)  # busy timeout: 1 s, its floor
     table = _table(engine, "ds_busy")
-    cas = DriverStatement(
-        sa.update(table)
-        .where(table.c.id == sa.bindparam("b_id"))
-        .values(state=sa.bindparam("b_to")),
-        engine,
-    )
-    assert cas.sql is not None
+    cas = _set_state(table, engine)
     other = sqlite3.connect(path, isolation_level=None)
     other.execute("BEGIN IMMEDIATE")  # another writer holds the lock
     try:
@@ -196,13 +202,7 @@ def test_a_dropped_connection_is_invalidated_as_sqlalchemy_does(
 ) -> None:
     engine = make_engine(sql_url("pg"), 2.0, 2)
     table = _table(engine, "ds_dropped")
-    cas = DriverStatement(
-        sa.update(table)
-        .where(table.c.id == sa.bindparam("b_id"))
-        .values(state=sa.bindparam("b_to")),
-        engine,
-    )
-    assert cas.sql is not None
+    cas = _set_state(table, engine)
     try:
         with engine.connect() as conn:
             conn.begin()
