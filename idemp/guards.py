@@ -252,10 +252,8 @@ class SqlStateStore:
             .with_for_update(),
             engine,
         )
-        self._insert = insert_ignore(t, engine.dialect.name)
-        self._insert_one = (
-            None if self._insert is None else DriverStatement(self._insert, engine, [id_column])
-        )
+        insert = insert_ignore(t, engine.dialect.name)
+        self._insert_one = None if insert is None else DriverStatement(insert, engine, [id_column])
         self._rows = BatchRows(t, id_column, engine, lock=True)
         # a batch's preloaded states, by the batch transaction's connection (one batch
         # per connection at a time; each runner thread has its own)
