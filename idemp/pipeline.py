@@ -287,8 +287,12 @@ class _Core:
             return prepared
         return (yield from self.job_steps(prepared, self.strategy))
 
-    def job_steps(self, job: Job, store: Strategy | BatchSession) -> Generator[Step, Any, Result]:
-        """The protocol for one prepared job on the strategy, or on a batch session."""
+    def job_steps(
+        self, job: Job, store: Strategy | BatchSession, *, hold_later: bool = False
+    ) -> Generator[Step, Any, Result]:
+        """The protocol for one prepared job on the strategy, or on a batch session.
+        ``hold_later``: a hold is returned uncounted and unlogged (the batch driver may
+        still apply it, and counts the holds that stay)."""
         message = job.message
         strategy = self.strategy
         attempt = 0
@@ -310,6 +314,8 @@ class _Core:
                 if strategy.retry_on and isinstance(exc, strategy.retry_on):
                     if attempt < strategy.max_attempts:
                         continue
+                if hold_later and isinstance(exc, GuardHold):
+                    return Result(Outcome.HELD, message, job.key, detail=str(exc))
                 return self.failed(ticket, exc)
             if not ok:
                 return (yield _Do(self.declined, (ticket, value, store)))
@@ -459,6 +465,14 @@ def _fatal(exc: BaseException) -> bool:
     return isinstance(exc, (KeyboardInterrupt, SystemExit))
 
 
+def _held(result: Result | ConsumeResult) -> bool:
+    return isinstance(result, Result) and result.outcome is Outcome.HELD
+
+
+def _applied(result: Result | ConsumeResult) -> bool:
+    return isinstance(result, Result) and result.outcome is Outcome.PROCESSED
+
+
 def _drive(core: _Core, message: Message) -> Result:
     """Run ``core.steps`` synchronously: store calls and the handler in this thread."""
     return _run_steps(core, core.steps(message))
@@ -576,26 +590,87 @@ class IdempotentListener(_Wrapped):
         stop_on_failure: bool,
         stopping: Callable[[], bool] | None,
     ) -> list[Result | ConsumeResult]:
-        core = self._core
+        redrive = self._core.guard is not None and not stop_on_failure and len(messages) > 1
         out: list[Result | ConsumeResult] = []
         for message, job in zip(messages, found):
             if stopping is not None and stopping():
                 break
-            result: Result | ConsumeResult
-            try:
-                if isinstance(job, Exception):
-                    raise job
-                if isinstance(job, str):
-                    result = core.missing(message, job)
-                else:
-                    result = _run_steps(core, core.job_steps(job, store))
-            except Exception:  # what the runner does when a listener raises
-                _log.exception("listener raised on %s (reconsume later)", message.msg_id)
-                result = ConsumeResult.RECONSUME_LATER
+            result = self._one(message, job, store, redrive)
             out.append(result)
             if stop_on_failure and consume_result_of(result) is not ConsumeResult.SUCCESS:
                 break
+        if redrive:
+            self._redrive(messages, found, store, stopping, out)
         return out
+
+    def _one(
+        self,
+        message: Message,
+        job: Job | str | Exception,
+        store: Strategy | BatchSession,
+        hold_later: bool,
+    ) -> Result | ConsumeResult:
+        core = self._core
+        try:
+            if isinstance(job, Exception):
+                raise job
+            if isinstance(job, str):
+                return core.missing(message, job)
+            return _run_steps(core, core.job_steps(job, store, hold_later=hold_later))
+        except Exception:  # what the runner does when a listener raises
+            _log.exception("listener raised on %s (reconsume later)", message.msg_id)
+            return ConsumeResult.RECONSUME_LATER
+
+    def _redrive(
+        self,
+        messages: Sequence[Message],
+        found: list[Job | str | Exception],
+        store: Strategy | BatchSession,
+        stopping: Callable[[], bool] | None,
+        out: list[Result | ConsumeResult],
+    ) -> None:
+        """Holds resolved inside a concurrent batch. A transition held because its
+        predecessor was not applied yet is tried again once a *later* message of the
+        batch applied a transition of the same entity (events sent out of order that
+        arrived together), in message order, until a round applies nothing. Sent back
+        instead, it would return only after the group's retry delay (RocketMQ's first:
+        10 s) and cost a send-back and a redelivery. Orderly batches stop at their first
+        hold instead (``stop_on_failure``). The holds that stay are counted here."""
+        core = self._core
+        guard = core.guard
+        assert guard is not None
+        held = [i for i, r in enumerate(out) if _held(r)]
+        if held:
+            entity_of = guard.entity.extract
+            entity = {i: entity_of(messages[i]) for i in held}
+            wanted = set(entity.values())
+            advanced: dict[object, int] = {}  # entity -> when it last moved (a try's index)
+            for j, r in enumerate(out):
+                if _applied(r):
+                    e = entity_of(messages[j])
+                    if e in wanted:
+                        advanced[e] = j
+            tried = {i: i for i in held}
+            clock = len(out)
+            while held:
+                ready = [i for i in held if advanced.get(entity[i], -1) > tried[i]]
+                if not ready or (stopping is not None and stopping()):
+                    break
+                for i in ready:
+                    tried[i] = clock
+                    result = self._one(messages[i], found[i], store, True)
+                    out[i] = result
+                    if _applied(result):
+                        advanced[entity[i]] = clock
+                    clock += 1
+                held = [i for i in held if _held(out[i])]
+        for i in held:
+            r = out[i]
+            assert isinstance(r, Result)
+            job = found[i]
+            out[i] = core.done(
+                Outcome.HELD, r.message, job if isinstance(job, Job) else None, detail=r.detail
+            )
 
     def _finish(
         self, store: _Recording, out: list[Result | ConsumeResult]

@@ -271,6 +271,94 @@ def test_guards_hold_and_apply_inside_batches(transactional: bool, tmp_path: Pat
     store.close()
 
 
+@pytest.mark.parametrize("kind", SESSIONS)
+def test_a_hold_whose_predecessor_comes_later_in_the_batch_is_applied_in_it(
+    kind: str, make_strategy: Maker, tmp_path: Path
+) -> None:
+    """Transitions sent out of order that arrive in one concurrent batch: a held one is
+    tried again, in the same batch, once a later message moved its entity (several
+    rounds for a reversed chain); one whose predecessor is not in the batch stays held
+    and is counted once. An orderly batch stops at its first hold instead."""
+    strategy, spec = make_strategy(kind)
+    states_url = f"sqlite:///{tmp_path / 'states.db'}" if kind == "redis" else spec["url"]
+    store = SqlStateStore(states_url, table=f"{spec['name']}_state")
+    name = f"redrive-{spec['name']}"
+    applied: list[tuple[str, str]] = []
+
+    @guarded(
+        RIDE_HAILING_ORDER,
+        entity="json:order",
+        target="json:state",
+        store=store,
+        strategy=strategy,
+        name=name,
+    )
+    def on_transition(message: Message, ctx: Context) -> None:
+        t = ctx.transition
+        assert t is not None
+        applied.append((t.entity, t.target))
+
+    def event(order: str, state: str) -> Message:
+        body = json.dumps({"order": order, "state": state}).encode()
+        return Message("Orders", body, msg_id=uuid.uuid4().hex)
+
+    try:
+        results = on_transition.consume_batch(
+            [
+                event("r-1", "driver_departed"),
+                event("r-1", "driver_assigned"),
+                event("r-2", "driver_assigned"),  # r-2 was never created
+                event("r-1", "created"),
+                event("r-1", "driver_assigned"),  # a producer's retry of the second
+                event("r-3", "created"),
+            ]
+        )
+        assert outcomes(results) == [
+            Outcome.PROCESSED,  # tried again after the retry applied driver_assigned
+            Outcome.DUPLICATE,  # tried again: its copy applied it meanwhile
+            Outcome.HELD,  # comes back from the broker
+            Outcome.PROCESSED,
+            Outcome.PROCESSED,
+            Outcome.PROCESSED,
+        ]
+        assert applied == [
+            ("r-1", "created"),
+            ("r-1", "driver_assigned"),
+            ("r-3", "created"),
+            ("r-1", "driver_departed"),
+        ]
+        assert stats(name)["held"] == 1 and stats(name)["processed"] == 4
+
+        applied.clear()
+        reversed_chain = [
+            event("r-4", "driver_departed"),
+            event("r-4", "driver_assigned"),
+            event("r-4", "created"),
+        ]
+        assert outcomes(on_transition.consume_batch(reversed_chain)) == [Outcome.PROCESSED] * 3
+        assert applied == [
+            ("r-4", "created"),
+            ("r-4", "driver_assigned"),
+            ("r-4", "driver_departed"),
+        ]
+
+        applied.clear()
+        orderly = [event("r-5", "driver_assigned"), event("r-5", "created")]
+        assert outcomes(on_transition.consume_batch(orderly, stop_on_failure=True)) == [
+            Outcome.HELD
+        ]
+        assert applied == []
+        assert stats(name)["held"] == 2
+        # (a batch's transaction may have created empty state rows for its entities)
+        assert {e: s for e, s in store.states().items() if s is not None} == {
+            "r-1": "driver_departed",
+            "r-3": "created",
+            "r-4": "driver_departed",
+        }
+    finally:
+        store.close()
+
+
 def test_a_guarded_batch_loads_and_locks_its_states_before_the_first_handler(
     postgres_server: Any,
 ) -> None:
