@@ -12,7 +12,6 @@ commit error.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import functools
 import importlib
 import inspect
@@ -159,7 +158,9 @@ def _resolve_strategy(strategy: Strategy | str) -> Strategy:
     )
 
 
-@dataclass(frozen=True, slots=True)
+# Steps are made several times per message and never kept: not frozen, whose __init__
+# costs twice as much (object.__setattr__ per field).
+@dataclass(slots=True)
 class _Do:
     """A step of the protocol: a blocking store call (a worker thread for async)."""
 
@@ -167,7 +168,7 @@ class _Do:
     args: tuple[Any, ...]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class _Call:
     """A step of the protocol: the user's handler, called or awaited."""
 
@@ -254,7 +255,7 @@ class _Core:
             )
         return self.done(Outcome.DEAD_LETTERED, message, None, detail=text)
 
-    def context(self, ticket: Ticket, attempt: int) -> Context:
+    def context(self, ticket: Ticket, attempt: int, entered: Entered | None = None) -> Context:
         job = ticket.job
         return Context(
             job.message,
@@ -263,6 +264,8 @@ class _Core:
             ticket.verdict is Verdict.TAKEOVER,
             attempt,
             ticket.handle,
+            None if entered is None else entered.transition,
+            None if entered is None else entered.tx.connection,
         )
 
     def arguments(
@@ -271,12 +274,7 @@ class _Core:
         """The handler's arguments: the message, and its context if it takes one."""
         if not self.pass_context:
             return (message,)
-        ctx = self.context(ticket, attempt)
-        if entered is not None:
-            ctx = dataclasses.replace(
-                ctx, transition=entered.transition, guard_connection=entered.tx.connection
-            )
-        return (message, ctx)
+        return (message, self.context(ticket, attempt, entered))
 
     def steps(self, message: Message) -> Generator[Step, Any, Result]:
         """The protocol for one message, written once for sync and ``async def``
