@@ -29,6 +29,10 @@ TRIPS_TOPIC = "RideTripEvents"  # orderly, sharding key = order id
 DISPATCH_GROUP = "ride-dispatch"
 TRIPS_GROUP = "ride-trips"
 DISPATCH_CACHED = 64  # pull_threshold_for_queue of the concurrent runner (see below)
+# Messages per consume batch, i.e. per transaction: a whole pull (32). At 8 (dispatch) and
+# 16 (trips) the per-batch work (connection, BEGIN, claims, states read, COMMIT, a hand-off
+# to a consume thread) cost the takeover ~20 % more CPU (docs/performance.md, "Demo").
+BATCH = 32
 
 
 @dataclass(frozen=True)
@@ -209,7 +213,7 @@ class Consumers:
             # (the poison, a held transition) queues behind every cached one. With the
             # default 1,000 per queue the poison's 17 deliveries outlasted the rest of the
             # consumption by ~11 s at 10,000 orders; with 64 they end before it.
-            settings=settings(names.dispatch_group, 8, 16, cached=DISPATCH_CACHED),
+            settings=settings(names.dispatch_group, BATCH, 16, cached=DISPATCH_CACHED),
             client=client,
         )
         self.dispatch.subscribe(names.dispatch_topic)
@@ -217,7 +221,7 @@ class Consumers:
             listener(names.trips_group, "trips"),
             # Orderly retries are in memory, 0.2 s apart: 16 would dead-letter a message
             # that waits out a dead consumer's claim. -1 = forever (Java's orderly default).
-            settings=settings(names.trips_group, 16, -1),
+            settings=settings(names.trips_group, BATCH, -1),
             client=client,
         )
         self.trips.subscribe(names.trips_topic)

@@ -90,7 +90,10 @@ def make_plan(
                 out.append(ev)
                 plan.producer_retries += 1
     # A poison message: a valid transition of its own order, with a fare no handler
-    # can parse. It fails on every delivery and ends in %DLQ% after the retries.
-    plan.dispatch.insert(len(plan.dispatch) // 3, Event(POISON_ORDER, "created", "free!!"))
+    # can parse. It fails on every delivery and ends in %DLQ% after the retries. Its 17
+    # deliveries are at least a retry delay apart (1 s in the demo, RocketMQ's shortest
+    # delay level), ~20 s in all: sent early, the chain runs beside the consumption
+    # (sent a third in, it outlasted the rest of the takeover by seconds).
+    plan.dispatch.insert(len(plan.dispatch) // 20, Event(POISON_ORDER, "created", "free!!"))
     plan.poison = 1
     return plan
