@@ -72,6 +72,15 @@ class GuardGiveUp(Exception):
     """Held ``max_holds`` times: the message goes to the group's dead-letter queue."""
 
 
+class GuardDropAhead(GuardDrop):
+    """Held ``max_holds`` times with ``after_holds="drop"``: acked, counted as dropped."""
+
+
+#: The guard's answers that a predecessor applied meanwhile would change (a batch driver
+#: may try such a message again once a later message of its batch moved the entity).
+AHEAD = (GuardHold, GuardGiveUp, GuardDropAhead)
+
+
 AFTER_HOLDS = ("dead_letter", "reconsume", "drop")
 
 
@@ -423,7 +432,7 @@ class Guard:
                     raise GuardHold(f"{entity}: {tx.state} -> {target} is ahead (held {holds}x)")
                 gave_up = f"{entity}: {tx.state} -> {target} still ahead after {holds} holds"
                 if self.after_holds == "drop":
-                    raise GuardDrop(gave_up)
+                    raise GuardDropAhead(gave_up)
                 raise GuardGiveUp(gave_up)
             if decision is not Decision.APPLY:
                 raise GuardDrop(f"{entity}: {tx.state} -> {target} is {decision.value}")

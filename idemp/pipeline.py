@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from idemp.guards import (
+    AHEAD,
     Entered,
     Guard,
     GuardDrop,
@@ -312,8 +313,8 @@ class _Core:
                 if strategy.retry_on and isinstance(exc, strategy.retry_on):
                     if attempt < strategy.max_attempts:
                         continue
-                if hold_later and isinstance(exc, GuardHold):
-                    return Result(Outcome.HELD, message, job.key, detail=str(exc))
+                if hold_later and isinstance(exc, AHEAD):  # decided by the batch driver
+                    return Result(Outcome.HELD, message, job.key, error=exc, detail=str(exc))
                 return self.failed(ticket, exc)
             if not ok:
                 return (yield _Do(self.declined, (ticket, value, store)))
@@ -347,18 +348,20 @@ class _Core:
             )
 
     def failed(self, ticket: Ticket, error: BaseException) -> Result:
-        if isinstance(error, (GuardDrop, GuardHold)):
-            outcome = Outcome.DROPPED if isinstance(error, GuardDrop) else Outcome.HELD
-            return self.done(outcome, ticket.job.message, ticket.job, detail=str(error))
-        if isinstance(error, GuardGiveUp):
-            job = ticket.job
-            return self.done(
-                Outcome.DEAD_LETTERED, job.message, job, detail=str(error), to_dlq=True
-            )
+        if isinstance(error, (GuardDrop, GuardHold, GuardGiveUp)):
+            return self.guard_said(ticket.job, error)
         outcome = self.strategy.classify(error) or Outcome.FAILED
         return self.done(
             outcome, ticket.job.message, ticket.job, error=error, detail=type(error).__name__
         )
+
+    def guard_said(self, job: Job, error: GuardDrop | GuardHold | GuardGiveUp) -> Result:
+        if isinstance(error, GuardGiveUp):
+            return self.done(
+                Outcome.DEAD_LETTERED, job.message, job, detail=str(error), to_dlq=True
+            )
+        outcome = Outcome.DROPPED if isinstance(error, GuardDrop) else Outcome.HELD
+        return self.done(outcome, job.message, job, detail=str(error))
 
     def committed(self, ticket: Ticket, value: Any, store: Strategy | BatchSession) -> Result:
         """After a successful handler: commit, and decide what a commit failure means.
@@ -632,8 +635,9 @@ class IdempotentListener(_Wrapped):
         batch applied a transition of the same entity (events sent out of order that
         arrived together), in message order, until a round applies nothing. Sent back
         instead, it would return only after the group's retry delay (RocketMQ's first:
-        10 s) and cost a send-back and a redelivery. Orderly batches stop at their first
-        hold instead (``stop_on_failure``). The holds that stay are counted here."""
+        10 s) and cost a send-back and a redelivery. A message past ``max_holds`` waits
+        for the batch too before it is dead-lettered (or dropped). Orderly batches stop at
+        their first hold instead (``stop_on_failure``). What stays is counted here."""
         core = self._core
         guard = core.guard
         assert guard is not None
@@ -662,13 +666,11 @@ class IdempotentListener(_Wrapped):
                         advanced[entity[i]] = clock
                     clock += 1
                 held = [i for i in held if _held(out[i])]
-        for i in held:
-            r = out[i]
-            assert isinstance(r, Result)
-            job = found[i]
-            out[i] = core.done(
-                Outcome.HELD, r.message, job if isinstance(job, Job) else None, detail=r.detail
-            )
+        for i in held:  # what the guard said at the last try: held, dead-lettered, dropped
+            r, job = out[i], found[i]
+            assert isinstance(r, Result) and isinstance(job, Job)
+            assert isinstance(r.error, (GuardDrop, GuardHold, GuardGiveUp))
+            out[i] = core.guard_said(job, r.error)
 
     def _finish(
         self, store: _Recording, out: list[Result | ConsumeResult]

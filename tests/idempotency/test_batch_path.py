@@ -342,6 +342,19 @@ def test_a_hold_whose_predecessor_comes_later_in_the_batch_is_applied_in_it(
             ("r-4", "driver_departed"),
         ]
 
+        applied.clear()  # past max_holds (16): dead-lettered only if the batch cannot help
+        late = dataclasses.replace(event("r-6", "driver_assigned"), reconsume_times=16)
+        stuck = dataclasses.replace(event("r-7", "driver_assigned"), reconsume_times=16)
+        results = on_transition.consume_batch([late, stuck, event("r-6", "created")])
+        assert outcomes(results) == [
+            Outcome.PROCESSED,
+            Outcome.DEAD_LETTERED,
+            Outcome.PROCESSED,
+        ]
+        assert results[1].to_dlq and not results[0].to_dlq
+        assert applied == [("r-6", "created"), ("r-6", "driver_assigned")]
+        assert stats(name)["dead_lettered"] == 1 and stats(name)["held"] == 1
+
         applied.clear()
         orderly = [event("r-5", "driver_assigned"), event("r-5", "created")]
         assert outcomes(on_transition.consume_batch(orderly, stop_on_failure=True)) == [
@@ -354,6 +367,7 @@ def test_a_hold_whose_predecessor_comes_later_in_the_batch_is_applied_in_it(
             "r-1": "driver_departed",
             "r-3": "created",
             "r-4": "driver_departed",
+            "r-6": "driver_assigned",
         }
     finally:
         store.close()
