@@ -643,10 +643,17 @@ class IdempotentListener(_Wrapped):
         assert guard is not None
         held = [i for i, r in enumerate(out) if _held(r)]
         if held:
-            entity_of = guard.entity.extract
+
+            def entity_of(message: Message) -> str | None:
+                try:  # a user's key function already ran once for this message
+                    found = guard.entity.extract(message)
+                except Exception:
+                    return None  # not tried again: it stays held
+                return found if isinstance(found, str) else None
+
             entity = {i: entity_of(messages[i]) for i in held}
-            wanted = set(entity.values())
-            advanced: dict[object, int] = {}  # entity -> when it last moved (a try's index)
+            wanted = {e for e in entity.values() if e is not None}
+            advanced: dict[str, int] = {}  # entity -> when it last moved (a try's index)
             for j, r in enumerate(out):
                 if _applied(r):
                     e = entity_of(messages[j])
@@ -655,7 +662,11 @@ class IdempotentListener(_Wrapped):
             tried = {i: i for i in held}
             clock = len(out)
             while held:
-                ready = [i for i in held if advanced.get(entity[i], -1) > tried[i]]
+                ready = [
+                    i
+                    for i in held
+                    if (e := entity[i]) is not None and advanced.get(e, -1) > tried[i]
+                ]
                 if not ready or (stopping is not None and stopping()):
                     break
                 for i in ready:
@@ -663,7 +674,7 @@ class IdempotentListener(_Wrapped):
                     result = self._one(messages[i], found[i], store, True)
                     out[i] = result
                     if _applied(result):
-                        advanced[entity[i]] = clock
+                        advanced[entity[i] or ""] = clock  # (ready: it has one)
                     clock += 1
                 held = [i for i in held if _held(out[i])]
         for i in held:  # what the guard said at the last try: held, dead-lettered, dropped
