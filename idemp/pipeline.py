@@ -677,6 +677,9 @@ class IdempotentListener(_Wrapped):
                         advanced[entity[i] or ""] = clock  # (ready: it has one)
                     clock += 1
                 held = [i for i in held if _held(out[i])]
+            reordered = sum(1 for i in tried if _applied(out[i]))
+            if reordered:
+                _stats.incr(core.name, "reordered", reordered)
         for i in held:  # what the guard said at the last try: held, dead-lettered, dropped
             r, job = out[i], found[i]
             assert isinstance(r, Result) and isinstance(job, Job)

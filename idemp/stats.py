@@ -13,8 +13,10 @@ from typing import Any
 
 logger = logging.getLogger("idemp")
 
-#: Every counter name, in reporting order. ``takeovers`` and ``commit_errors`` are
-#: counted besides the outcome (a taken-over message is also ``processed``).
+#: Every counter name, in reporting order. ``takeovers``, ``reordered`` and
+#: ``commit_errors`` are counted besides the outcome (a taken-over message is also
+#: ``processed``; ``reordered``: a ``@guarded`` transition first held, then applied in
+#: its own batch after a later message of the batch applied its predecessor).
 COUNTERS = (
     "processed",
     "duplicates",
@@ -23,6 +25,7 @@ COUNTERS = (
     "payload_conflicts",
     "guard_drops",
     "held",
+    "reordered",
     "skipped",
     "dead_lettered",
     "failures",

@@ -269,7 +269,8 @@ class Outcome:
         _say(f"  producer retries (same key, new msgId): {plan.producer_retries} extra sends")
         _say(
             f"  out-of-order sends: {plan.shuffled_orders} dispatch orders sent shuffled -> "
-            f"guard held {s['held']} early deliveries (reconsume later), applied in order"
+            f"guard applied {s['reordered']} early deliveries after their predecessor in "
+            f"the same batch, held {s['held']} (reconsume later), all in order"
         )
         _say(
             f"  consumer process {self.child_pid} SIGKILLed after {self.killed_at} effects "

@@ -328,6 +328,7 @@ def test_a_hold_whose_predecessor_comes_later_in_the_batch_is_applied_in_it(
             ("r-1", "driver_departed"),
         ]
         assert stats(name)["held"] == 1 and stats(name)["processed"] == 4
+        assert stats(name)["reordered"] == 1  # the first; the second became a duplicate
 
         applied.clear()
         reversed_chain = [
@@ -341,6 +342,7 @@ def test_a_hold_whose_predecessor_comes_later_in_the_batch_is_applied_in_it(
             ("r-4", "driver_assigned"),
             ("r-4", "driver_departed"),
         ]
+        assert stats(name)["reordered"] == 3
 
         applied.clear()  # past max_holds (16): dead-lettered only if the batch cannot help
         late = dataclasses.replace(event("r-6", "driver_assigned"), reconsume_times=16)
@@ -354,6 +356,7 @@ def test_a_hold_whose_predecessor_comes_later_in_the_batch_is_applied_in_it(
         assert results[1].to_dlq and not results[0].to_dlq
         assert applied == [("r-6", "created"), ("r-6", "driver_assigned")]
         assert stats(name)["dead_lettered"] == 1 and stats(name)["held"] == 1
+        assert stats(name)["reordered"] == 4
 
         applied.clear()
         orderly = [event("r-5", "driver_assigned"), event("r-5", "created")]
