@@ -324,9 +324,17 @@ def _exchange(
     engine = sa.create_engine(db_url)
     table.metadata.create_all(engine, checkfirst=True)
     count_q = sa.select(sa.func.count()).select_from(table)
+    top_q = sa.select(sa.func.coalesce(sa.func.max(table.c.seq), 0))
 
-    def effects() -> int:
+    def effects(at_least: int = plan.expected_effects) -> int:
+        """The effects so far, polled every 0.2 s beside the consumers: the highest
+        ``seq`` first (an index lookup; ``count(*)`` reads the whole table, ~3 % of the
+        consuming process's CPU at 60,000 rows), counted exactly once it reaches
+        ``at_least`` (a sequence may skip numbers: ``seq`` bounds the count above)."""
         with engine.connect() as conn:
+            top = int(conn.execute(top_q).scalar_one())
+            if top < at_least:
+                return top
             return int(conn.execute(count_q).scalar_one())
 
     env = dict(os.environ)
@@ -361,12 +369,12 @@ def _exchange(
         def killer() -> None:  # poll the effects table; SIGKILL the worker mid-run
             deadline = time.monotonic() + args.timeout
             while time.monotonic() < deadline and child.poll() is None:
-                n = effects()
+                n = effects(kill_after)
                 if n >= kill_after:
                     os.kill(child.pid, signal.SIGKILL)
                     killed_at[0] = n
                     return
-                time.sleep(0.2)  # a count(*) per poll: where exactly it stops is reported
+                time.sleep(0.2)  # a query per poll: where exactly it stops is reported
 
         watcher = threading.Thread(target=killer, name="demo-killer", daemon=True)
         watcher.start()
