@@ -36,6 +36,12 @@ def msg(key: str) -> Message:
     return Message("Orders", b"{}", keys=(key,), msg_id=f"id-{key}-{time.monotonic_ns()}")
 
 
+def order_msg(order: str, state: str) -> Message:
+    """A ride-hailing transition, for the guarded tests."""
+    body = json.dumps({"order": order, "state": state}).encode()
+    return Message("Orders", body, msg_id=uuid.uuid4().hex)
+
+
 @pytest.fixture
 def effects_for(request: pytest.FixtureRequest) -> Iterator[Callable[[dict[str, Any]], Effects]]:
     made: list[Effects] = []
@@ -237,10 +243,6 @@ def test_guards_hold_and_apply_inside_batches(transactional: bool, tmp_path: Pat
         assert t is not None
         applied.append((t.entity, t.source, t.target))
 
-    def order_msg(order: str, state: str) -> Message:
-        body = json.dumps({"order": order, "state": state}).encode()
-        return Message("Orders", body, msg_id=uuid.uuid4().hex)
-
     rng = random.Random(3)
     originals = [order_msg(f"e{i}", s) for i in range(6) for s in PATH]
     stream = originals + rng.sample(originals, 8)
@@ -298,19 +300,15 @@ def test_a_hold_whose_predecessor_comes_later_in_the_batch_is_applied_in_it(
         assert t is not None
         applied.append((t.entity, t.target))
 
-    def event(order: str, state: str) -> Message:
-        body = json.dumps({"order": order, "state": state}).encode()
-        return Message("Orders", body, msg_id=uuid.uuid4().hex)
-
     try:
         results = on_transition.consume_batch(
             [
-                event("r-1", "driver_departed"),
-                event("r-1", "driver_assigned"),
-                event("r-2", "driver_assigned"),  # r-2 was never created
-                event("r-1", "created"),
-                event("r-1", "driver_assigned"),  # a producer's retry of the second
-                event("r-3", "created"),
+                order_msg("r-1", "driver_departed"),
+                order_msg("r-1", "driver_assigned"),
+                order_msg("r-2", "driver_assigned"),  # r-2 was never created
+                order_msg("r-1", "created"),
+                order_msg("r-1", "driver_assigned"),  # a producer's retry of the second
+                order_msg("r-3", "created"),
             ]
         )
         assert outcomes(results) == [
@@ -332,9 +330,9 @@ def test_a_hold_whose_predecessor_comes_later_in_the_batch_is_applied_in_it(
 
         applied.clear()
         reversed_chain = [
-            event("r-4", "driver_departed"),
-            event("r-4", "driver_assigned"),
-            event("r-4", "created"),
+            order_msg("r-4", "driver_departed"),
+            order_msg("r-4", "driver_assigned"),
+            order_msg("r-4", "created"),
         ]
         assert outcomes(on_transition.consume_batch(reversed_chain)) == [Outcome.PROCESSED] * 3
         assert applied == [
@@ -345,9 +343,9 @@ def test_a_hold_whose_predecessor_comes_later_in_the_batch_is_applied_in_it(
         assert stats(name)["reordered"] == 3
 
         applied.clear()  # past max_holds (16): dead-lettered only if the batch cannot help
-        late = dataclasses.replace(event("r-6", "driver_assigned"), reconsume_times=16)
-        stuck = dataclasses.replace(event("r-7", "driver_assigned"), reconsume_times=16)
-        results = on_transition.consume_batch([late, stuck, event("r-6", "created")])
+        late = dataclasses.replace(order_msg("r-6", "driver_assigned"), reconsume_times=16)
+        stuck = dataclasses.replace(order_msg("r-7", "driver_assigned"), reconsume_times=16)
+        results = on_transition.consume_batch([late, stuck, order_msg("r-6", "created")])
         assert outcomes(results) == [
             Outcome.PROCESSED,
             Outcome.DEAD_LETTERED,
@@ -359,7 +357,7 @@ def test_a_hold_whose_predecessor_comes_later_in_the_batch_is_applied_in_it(
         assert stats(name)["reordered"] == 4
 
         applied.clear()
-        orderly = [event("r-5", "driver_assigned"), event("r-5", "created")]
+        orderly = [order_msg("r-5", "driver_assigned"), order_msg("r-5", "created")]
         assert outcomes(on_transition.consume_batch(orderly, stop_on_failure=True)) == [
             Outcome.HELD
         ]
@@ -409,10 +407,6 @@ def test_a_guarded_batch_loads_and_locks_its_states_before_the_first_handler(
                     during.append("g-2 free")
                 except sa.exc.OperationalError as exc:
                     during.append(type(exc.orig).__name__)
-
-    def order_msg(order: str, state: str) -> Message:
-        body = json.dumps({"order": order, "state": state}).encode()
-        return Message("Orders", body, msg_id=uuid.uuid4().hex)
 
     try:
         during.append("before the batch")
