@@ -651,22 +651,18 @@ class IdempotentListener(_Wrapped):
                     return None  # not tried again: it stays held
                 return found if isinstance(found, str) else None
 
-            entity = {i: entity_of(messages[i]) for i in held}
-            wanted = {e for e in entity.values() if e is not None}
+            entity = {i: e for i in held if (e := entity_of(messages[i])) is not None}
+            wanted = set(entity.values())
             advanced: dict[str, int] = {}  # entity -> when it last moved (a try's index)
             for j, r in enumerate(out):
                 if _applied(r):
                     e = entity_of(messages[j])
-                    if e in wanted:
+                    if e is not None and e in wanted:
                         advanced[e] = j
             tried = {i: i for i in held}
             clock = len(out)
             while held:
-                ready = [
-                    i
-                    for i in held
-                    if (e := entity[i]) is not None and advanced.get(e, -1) > tried[i]
-                ]
+                ready = [i for i in entity if advanced.get(entity[i], -1) > tried[i]]
                 if not ready or (stopping is not None and stopping()):
                     break
                 for i in ready:
@@ -674,9 +670,10 @@ class IdempotentListener(_Wrapped):
                     result = self._one(messages[i], found[i], store, True)
                     out[i] = result
                     if _applied(result):
-                        advanced[entity[i] or ""] = clock  # (ready: it has one)
+                        advanced[entity[i]] = clock
                     clock += 1
                 held = [i for i in held if _held(out[i])]
+                entity = {i: entity[i] for i in held if i in entity}
             reordered = sum(1 for i in tried if _applied(out[i]))
             if reordered:
                 _stats.incr(core.name, "reordered", reordered)
