@@ -18,12 +18,13 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from idemp import Context, Message, Outcome, guarded, idempotent, stats
-from idemp.guards import RIDE_HAILING_ORDER, SqlStateStore
+from idemp import Context, Message, Outcome, idempotent, stats
+from idemp.guards import SqlStateStore
 from idemp.message import ConsumeResult, ack_of, consume_result_of
 from idemp.outcome import Result
 from idemp.strategies import CONSUMING, UniqueKeyTable
 from tests.idempotency.effects import Effects
+from tests.idempotency.rides import order_msg, ride_guarded
 from tests.idempotency.specs import KINDS
 
 NS = "batch-group/Orders"
@@ -34,12 +35,6 @@ Maker = Callable[..., Any]
 
 def msg(key: str) -> Message:
     return Message("Orders", b"{}", keys=(key,), msg_id=f"id-{key}-{time.monotonic_ns()}")
-
-
-def order_msg(order: str, state: str) -> Message:
-    """A ride-hailing transition, for the guarded tests."""
-    body = json.dumps({"order": order, "state": state}).encode()
-    return Message("Orders", body, msg_id=uuid.uuid4().hex)
 
 
 @pytest.fixture
@@ -229,11 +224,8 @@ def test_guards_hold_and_apply_inside_batches(transactional: bool, tmp_path: Pat
     store = SqlStateStore(url)
     applied: list[tuple[str, str | None, str]] = []
 
-    @guarded(
-        RIDE_HAILING_ORDER,
-        entity="json:order",
-        target="json:state",
-        store=store,
+    @ride_guarded(
+        store,
         strategy=strategy,
         max_holds=50,
         after_holds="reconsume",
@@ -287,11 +279,8 @@ def test_a_hold_whose_predecessor_comes_later_in_the_batch_is_applied_in_it(
     name = f"redrive-{spec['name']}"
     applied: list[tuple[str, str]] = []
 
-    @guarded(
-        RIDE_HAILING_ORDER,
-        entity="json:order",
-        target="json:state",
-        store=store,
+    @ride_guarded(
+        store,
         strategy=strategy,
         name=name,
     )
@@ -388,11 +377,8 @@ def test_a_guarded_batch_loads_and_locks_its_states_before_the_first_handler(
     seen: list[tuple[str, str | None, str]] = []
     during: list[str] = []
 
-    @guarded(
-        RIDE_HAILING_ORDER,
-        entity="json:order",
-        target="json:state",
-        store=store,
+    @ride_guarded(
+        store,
         strategy=strategy,
     )
     def on_transition(message: Message, ctx: Context) -> None:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import dataclasses
-import json
 import random
 import threading
 import uuid
@@ -33,6 +32,7 @@ from idemp.strategies import (
     Strategy,
     UniqueKeyTable,
 )
+from tests.idempotency.rides import order_msg, ride_guarded
 
 PATH = [
     "created",
@@ -43,11 +43,6 @@ PATH = [
     "arrived",
 ]
 EXPECTED = list(zip([None, *PATH[:-1]], PATH))
-
-
-def order_msg(order: str, state: str) -> Message:
-    body = json.dumps({"order": order, "state": state}).encode()
-    return Message("Orders", body, msg_id=uuid.uuid4().hex)
 
 
 def test_machine_decisions() -> None:
@@ -135,11 +130,8 @@ def test_shuffled_stream_of_1000_orders(
     log = _log_table(store.engine, f"applied_{suffix}")
     name = f"rides-{suffix}"
 
-    @guarded(
-        RIDE_HAILING_ORDER,
-        entity="json:order",
-        target="json:state",
-        store=store,
+    @ride_guarded(
+        store,
         max_holds=8,
         name=name,
     )
@@ -195,11 +187,8 @@ def test_held_past_max_holds_then_policy(tmp_path: Path) -> None:
     for n, (option, last, last_result) in enumerate(policies):
         name = f"holds-{n}-{uuid.uuid4().hex[:6]}"
 
-        @guarded(
-            RIDE_HAILING_ORDER,
-            entity="json:order",
-            target="json:state",
-            store=store,
+        @ride_guarded(
+            store,
             max_holds=2,
             name=name,
             **option,
@@ -261,11 +250,8 @@ def test_guard_composes_with_every_strategy(
     store = SqlStateStore(url)
     log = _log_table(store.engine, "applied")
 
-    @guarded(
-        RIDE_HAILING_ORDER,
-        entity="json:order",
-        target="json:state",
-        store=store,
+    @ride_guarded(
+        store,
         strategy=strategy,
         name=f"compose-{kind}",
     )
@@ -342,11 +328,8 @@ def test_async_guarded_listener(
     fail_once = {("a0003", "driver_departed")}
     loop_threads: set[int] = set()
 
-    @guarded(
-        RIDE_HAILING_ORDER,
-        entity="json:order",
-        target="json:state",
-        store=store,
+    @ride_guarded(
+        store,
         strategy=strategy,
         max_holds=8,
         name=name,
