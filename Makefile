@@ -41,10 +41,16 @@ help:
 # The venv is rebuilt (incrementally) whenever the packaging files change.
 # uv does the heavy install: it is several times faster than pip here, and its cache
 # (~/.cache/uv) keeps the wheel it built from the pyspark sdist for the next run.
+# Bytecode is compiled at install (uv does not by default), idemp's own too: where
+# PYTHONDONTWRITEBYTECODE is set (these machines) nothing else writes it, and every
+# Python process (brokers, workers, children of the tests and the demo) compiled
+# SQLAlchemy, redis, grpc… again: ~1 s of CPU per start (docs/performance.md).
+COMPILE := --compile-bytecode
 $(STAMP): pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --disable-pip-version-check uv
-	$(BIN)/uv pip install --python $(BIN)/python -e '.[$(EXTRAS)]'
+	$(BIN)/uv pip install $(COMPILE) --python $(BIN)/python -e '.[$(EXTRAS)]'
+	$(BIN)/python -m compileall -q idemp adapters >/dev/null
 	touch $@
 
 venv: $(STAMP)
@@ -92,7 +98,7 @@ V5_STAMP := $(V5_VENV)/.installed
 $(V5_STAMP): pyproject.toml setup.py $(STAMP)
 	rm -rf $(V5_VENV)
 	$(PYTHON) -m venv $(V5_VENV)
-	$(BIN)/uv pip install --python $(V5_VENV)/bin/python -e '.[rocketmq5,postgres]'
+	$(BIN)/uv pip install $(COMPILE) --python $(V5_VENV)/bin/python -e '.[rocketmq5,postgres]'
 	touch $@
 
 v5-venv: $(V5_STAMP)
