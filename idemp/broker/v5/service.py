@@ -652,9 +652,11 @@ class MessagingService:
         try:
             yield pb.ReceiveMessageResponse(status=status(Code.OK))
             for item in popped:
-                yield pb.ReceiveMessageResponse(
-                    message=to_proto(item.message, namespace, item.receipt.encode(), item.attempt)
+                response = pb.ReceiveMessageResponse()
+                to_proto(
+                    item.message, namespace, item.receipt.encode(), item.attempt, response.message
                 )
+                yield response
                 sent += 1
         except BaseException:
             # the call ended under us (the client went away): what it never got is
