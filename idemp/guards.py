@@ -195,6 +195,7 @@ class StateStore(Protocol):
 
     # optional, for a runner's batch (SqlStateStore has them): preload(entities,
     # connection) loads the batch's states in its transaction, unload(connection) forgets
+    # them, settled(connection) says the last transition saved on it committed
 
 
 class _SqlTx:
@@ -209,6 +210,8 @@ class _SqlTx:
             self.connection,
             {"b_entity": self.entity, "b_source": transition.source, "b_target": transition.target},
         ).rowcount
+        if not self.own:  # a batch's transaction: what its next transition may start from
+            store._saved(self.connection, self.entity, transition.target if done == 1 else None)
         if done != 1:
             raise GuardConflict(f"{self.entity!r} left {transition.source!r} concurrently")
 
@@ -267,6 +270,8 @@ class SqlStateStore:
         # a batch's preloaded states, by the batch transaction's connection (one batch
         # per connection at a time; each runner thread has its own)
         self._preloaded: dict[int, dict[str, str | None]] = {}
+        # a batch's last saved transition, until its message's commit went through
+        self._unsettled: dict[int, tuple[str, str]] = {}
         # The compare-and-set statements are built and compiled once and run on the
         # driver's cursor: SQLAlchemy's per-execution work cost more than the UPDATE.
         entity_is = t.c[id_column] == sa.bindparam("b_entity")
@@ -292,8 +297,11 @@ class SqlStateStore:
     def preload(self, entities: Sequence[str], connection: Any) -> None:
         """A batch's entity rows created and locked in the batch's transaction, in id
         order, in two statements (in a savepoint: a row held elsewhere undoes only this);
-        ``open`` then hands each entity its state without a statement, once: a second
-        transition of the same entity in the batch reads the row again."""
+        ``open`` then hands each entity its state without a statement. A second
+        transition of the same entity in the batch starts from the state the first saved
+        once the pipeline says that message's commit went through (:meth:`settled`; the
+        row is the batch's until its COMMIT); a save not settled, or refused, makes the
+        next transition read the row again."""
         entities = sorted(set(entities))
         if len(entities) < 2 or not self._joins(connection) or self._rows.insert is None:
             return
@@ -311,14 +319,35 @@ class SqlStateStore:
 
     def unload(self, connection: Any) -> None:
         self._preloaded.pop(id(connection), None)
+        self._unsettled.pop(id(connection), None)
+
+    def _saved(self, connection: Any, entity: str, state: str | None) -> None:
+        ahead = self._preloaded.get(id(connection))
+        if ahead is None:
+            return
+        if state is None:  # refused: someone else's state, read it at the next turn
+            ahead.pop(entity, None)
+        else:
+            self._unsettled[id(connection)] = (entity, state)
+
+    def settled(self, connection: Any) -> None:
+        """The message that saved a transition in this batch's transaction committed
+        (into the batch): its state is where the entity's next transition starts."""
+        saved = self._unsettled.pop(id(connection), None)
+        ahead = self._preloaded.get(id(connection))
+        if saved is not None and ahead is not None:
+            ahead[saved[0]] = saved[1]
 
     def open(self, entity: str, connection: Any) -> StateTx:
         joined = self._joins(connection)
         if joined:
             ahead = self._preloaded.get(id(connection))
+            stale = self._unsettled.pop(id(connection), None)
+            if stale is not None and ahead is not None:  # saved, then maybe undone
+                ahead.pop(stale[0], None)
             if ahead is not None and entity in ahead:
                 tx = _SqlTx(self, connection, False, entity)
-                tx.state = ahead.pop(entity)
+                tx.state = ahead[entity]
                 return tx
         conn: Connection = connection if joined else None  # type: ignore[assignment]
         try:
@@ -457,6 +486,13 @@ class Guard:
         unload = getattr(self.store, "unload", None)
         if unload is not None:
             unload(connection)
+
+    def settled(self, connection: Any) -> None:
+        """A batch's message committed (into the batch): a store that preloaded states
+        may start the entity's next transition from the one it saved."""
+        settled = getattr(self.store, "settled", None)
+        if settled is not None and connection is not None:
+            settled(connection)
 
     @staticmethod
     def leave(entered: Entered, value: Any) -> None:

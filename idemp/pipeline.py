@@ -386,6 +386,9 @@ class _Core:
             )
         except Exception as exc:  # e.g. a fencing token refused at commit
             return self.failed(ticket, exc)
+        else:
+            if self.guard is not None and store is not self.strategy:
+                self.guard.settled(_connection_of(ticket.handle))
         takeover = ticket.verdict is Verdict.TAKEOVER
         if takeover:
             _stats.incr(self.name, "takeovers")

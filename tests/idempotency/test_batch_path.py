@@ -19,7 +19,7 @@ import pytest
 import sqlalchemy as sa
 
 from idemp import Context, Message, Outcome, idempotent, stats
-from idemp.guards import SqlStateStore
+from idemp.guards import GuardConflict, SqlStateStore, Transition
 from idemp.message import ConsumeResult, ack_of, consume_result_of
 from idemp.outcome import Result
 from idemp.strategies import CONSUMING, UniqueKeyTable
@@ -359,6 +359,51 @@ def test_a_hold_whose_predecessor_comes_later_in_the_batch_is_applied_in_it(
             "r-4": "driver_departed",
             "r-6": "driver_assigned",
         }
+    finally:
+        store.close()
+
+
+@pytest.mark.parametrize("database", ["sqlite", "postgresql"])
+def test_a_batch_starts_a_transition_from_its_last_settled_save_only(
+    database: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    """In a batch's transaction the state store hands an entity's next transition the
+    state the last one saved, but only once the pipeline said that message committed
+    (``settled``): a save whose message was undone, or a save refused, makes the next
+    transition read the row again."""
+    url = (
+        f"sqlite:///{tmp_path / 'states.db'}"
+        if database == "sqlite"
+        else request.getfixturevalue("postgres_server").url
+    )
+    table = f"s_{uuid.uuid4().hex[:12]}"
+    store = SqlStateStore(url, table=table)
+    try:
+        with store.engine.connect() as conn:
+            conn.begin()
+            store.preload(["a", "b"], conn)
+            tx = store.open("a", conn)
+            assert tx.state is None
+            tx.save(Transition("a", None, "created"))
+            store.settled(conn)  # its message committed into the batch
+            assert store.open("a", conn).state == "created"
+
+            undone = conn.begin_nested()  # the next message's savepoint
+            store.open("a", conn).save(Transition("a", "created", "driver_assigned"))
+            undone.rollback()  # its message undone: never settled
+            assert store.open("a", conn).state == "created"  # the row, read again
+
+            # b's row written behind the store's back (say, by a handler's own UPDATE)
+            conn.execute(sa.text(f"UPDATE {table} SET state = 'created' WHERE id = 'b'"))
+            tx = store.open("b", conn)
+            assert tx.state is None  # as preloaded
+            with pytest.raises(GuardConflict):  # the row is not where this one starts
+                tx.save(Transition("b", None, "created"))
+            store.settled(conn)  # nothing was saved: nothing to keep
+            assert store.open("b", conn).state == "created"  # the row, read again
+            store.unload(conn)
+            conn.commit()
+        assert store.states() == {"a": "created", "b": "created"}
     finally:
         store.close()
 
