@@ -50,7 +50,7 @@ $(STAMP): pyproject.toml setup.py
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --disable-pip-version-check uv
 	$(BIN)/uv pip install $(COMPILE) --python $(BIN)/python -e '.[$(EXTRAS)]'
-	$(BIN)/python -m compileall -q idemp adapters >/dev/null
+	$(BIN)/python -m compileall -q idemp adapters
 	touch $@
 
 venv: $(STAMP)
