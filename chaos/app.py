@@ -181,12 +181,12 @@ class Consumers:
             route_refresh_interval=5.0,
         )
 
-        def settings(group: str, orderly: bool) -> ConsumerSettings:
+        def settings(group: str, orderly: bool, batch: int) -> ConsumerSettings:
             return ConsumerSettings(
                 group=group,
                 consume_from=ConsumeFrom.FIRST_OFFSET,
                 consume_thread_count=threads,
-                consume_batch_size=8 if orderly else 1,
+                consume_batch_size=batch,
                 # Never dead-letter: a message held back by a store outage or an
                 # unexpired claim must come back, however long the chaos lasts.
                 max_reconsume_times=-1 if orderly else 10_000,
@@ -198,13 +198,15 @@ class Consumers:
             )
 
         self.runners: list[Any] = []
-        for fn, topic, group, orderly in (
-            (pay, PAY_TOPIC, PAY_GROUP, False),
-            (seq, SEQ_TOPIC, SEQ_GROUP, True),
-            (rides, RIDES_TOPIC, RIDES_GROUP, False),
+        # rides in batches of 8: @guarded's batch path (one transaction, states preloaded,
+        # holds retried inside the batch) under the same kills and store restarts
+        for fn, topic, group, orderly, batch in (
+            (pay, PAY_TOPIC, PAY_GROUP, False, 1),
+            (seq, SEQ_TOPIC, SEQ_GROUP, True, 8),
+            (rides, RIDES_TOPIC, RIDES_GROUP, False, 8),
         ):
             cls = OrderlyRunner if orderly else ConcurrentRunner
-            runner = cls(fn, settings=settings(group, orderly), client=client)
+            runner = cls(fn, settings=settings(group, orderly, batch), client=client)
             runner.subscribe(topic)
             self.runners.append(runner)
 
