@@ -63,7 +63,7 @@ def _millis(ts: Any) -> int:
 
 
 def timestamp(ms: int) -> Any:
-    return Timestamp(seconds=ms // 1000, nanos=(ms % 1000) * 1_000_000)
+    return _set_millis(Timestamp(), ms)
 
 
 def to_stored(
@@ -151,6 +151,7 @@ def to_proto(
     return out
 
 
-def _set_millis(ts: Any, ms: int) -> None:
+def _set_millis(ts: Any, ms: int) -> Any:
     ts.seconds = ms // 1000
     ts.nanos = (ms % 1000) * 1_000_000
+    return ts
