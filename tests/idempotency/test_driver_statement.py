@@ -197,6 +197,38 @@ def test_sqlite_write_lock_held_elsewhere_is_busy(tmp_path: Path) -> None:
         engine.dispose()
 
 
+def test_sqlite_begin_is_immediate_on_idemp_engines_only(tmp_path: Path) -> None:
+    """idemp's SQLite engines take the write lock at BEGIN (the dialect's own
+    ``do_begin``, no connection events); another engine on the same file keeps
+    SQLAlchemy's plain, lazy BEGIN."""
+    url = f"sqlite:///{tmp_path / 'begin.db'}"
+    ours = make_engine(url, 0.05, 1)
+    install_sqlite_begin(ours)
+    plain = sa.create_engine(url, connect_args={"timeout": 0.05})
+    table = _table(ours, "ds_begin")
+    probe = sqlite3.connect(tmp_path / "begin.db", isolation_level=None, timeout=0.05)
+    try:
+        with ours.connect() as conn, conn.begin():
+            conn.execute(sa.select(table.c.id)).fetchall()  # a read: the lock is held already
+            with pytest.raises(sqlite3.OperationalError, match="locked"):
+                probe.execute("BEGIN IMMEDIATE")
+            with plain.connect() as other, other.begin():  # not immediate: reads on
+                assert other.execute(sa.select(table.c.id)).fetchall() == []
+        assert not ours.dispatch.begin and not ours._has_events  # nothing per statement
+        with ours.connect() as conn:  # committed and released: the probe gets the lock
+            probe.execute("BEGIN IMMEDIATE")
+            probe.execute("ROLLBACK")
+            with pytest.raises(DBAPIError) as caught:  # and ours waits for the probe's
+                probe.execute("BEGIN IMMEDIATE")
+                conn.begin()
+            assert busy(caught.value)
+            probe.execute("ROLLBACK")
+    finally:
+        probe.close()
+        ours.dispose()
+        plain.dispose()
+
+
 def test_a_dropped_connection_is_invalidated_as_sqlalchemy_does(
     sql_url: Callable[[str], str],
 ) -> None:
