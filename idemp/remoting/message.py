@@ -6,6 +6,7 @@ and what idemp's broker writes to its commit log, so a pull is a slice of the lo
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import struct
 import zlib
@@ -57,9 +58,17 @@ def decode_properties(text: str) -> dict[str, str]:
     return props
 
 
+@functools.lru_cache(maxsize=1024)
+def _packed_ip(text: str) -> tuple[bytes, bool]:
+    """Parsed once per address: every stored message packs its born and store hosts, and
+    ``ipaddress`` parsing is ~5 µs each; a broker sees a handful of distinct hosts."""
+    addr = ipaddress.ip_address(text)
+    return addr.packed, addr.version == 6
+
+
 def _pack_host(host: Host) -> tuple[bytes, bool]:
-    addr = ipaddress.ip_address(host[0])
-    return addr.packed + struct.pack(">i", host[1]), addr.version == 6
+    packed, v6 = _packed_ip(host[0])
+    return packed + struct.pack(">i", host[1]), v6
 
 
 _IP_TEXT: dict[bytes, str] = {}  # a pull holds a handful of distinct hosts
