@@ -8,7 +8,8 @@ then end-to-end latency at 50 msg/s. Figures: msg/s, send and end-to-end latency
 percentiles, broker CPU per message in and out (idemp's process; RocketMQ's JVM when its
 pid is known). The 5.x client runs in .cache/v5-venv (``make v5-venv``).
 
-    python -m benchmarks grpc5 [--count 5000] [--real5 127.0.0.1:18081,127.0.0.1:20911]
+    python -m benchmarks grpc5 [--count 5000] [--rounds 3]
+        [--real5 127.0.0.1:18081,127.0.0.1:20911]
 """
 
 from __future__ import annotations
@@ -111,8 +112,10 @@ def _java_pid(broker_addr: str) -> int | None:
     return int(out.stdout.split(marker, 1)[1].split(",", 1)[0])
 
 
-def run(count: int, real5: str | None) -> dict[str, dict[str, Any]]:
-    results: dict[str, dict[str, Any]] = {}
+def run(count: int, real5: str | None, rounds: int = 3) -> dict[str, list[dict[str, Any]]]:
+    """Each column's figures per round; the two gRPC columns alternate round by round, so
+    a noisy minute on this shared machine lands on both."""
+    results: dict[str, list[dict[str, Any]]] = {"idemp gRPC": [], "idemp remoting": []}
     with tempfile.TemporaryDirectory(prefix="idemp-bench5-") as tmp:
         home = Path(tmp)
         os.environ["HOME"] = tmp  # the 4.x client's logs
@@ -120,33 +123,58 @@ def run(count: int, real5: str | None) -> dict[str, dict[str, Any]]:
         broker.start()
         pid = broker.proc.pid if broker.proc else 0
         try:
-            results["idemp gRPC"] = run_v5(broker.grpc_addr, broker.broker_addr, count, pid, home)
-            results["idemp remoting"] = run_remoting(broker.namesrv_addr, count, pid)
+            for _ in range(rounds):
+                results["idemp gRPC"].append(
+                    run_v5(broker.grpc_addr, broker.broker_addr, count, pid, home)
+                )
+                if real5:
+                    grpc_addr, broker_addr = real5.split(",")
+                    java = _java_pid(broker_addr)
+                    results.setdefault("RocketMQ 5.3.3 gRPC", []).append(
+                        run_v5(grpc_addr, broker_addr, count, java, home)
+                    )
+            results["idemp remoting"].append(run_remoting(broker.namesrv_addr, count, pid))
         finally:
             broker.stop()
-        if real5:
-            grpc_addr, broker_addr = real5.split(",")
-            java = _java_pid(broker_addr)
-            results["RocketMQ 5.3.3 gRPC"] = run_v5(grpc_addr, broker_addr, count, java, home)
     return results
 
 
-def report(results: dict[str, dict[str, Any]]) -> str:
-    columns = list(results)
-    lines = [f"{'figure':28}" + "".join(f"{c:>22}" for c in columns)]
+def _median(rows: list[dict[str, Any]], key: str) -> float | None:
+    values = sorted(r[key] for r in rows if isinstance(r.get(key), (int, float)))
+    if not values:
+        return None
+    mid = len(values) // 2
+    return values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
+
+
+def report(results: dict[str, list[dict[str, Any]]]) -> str:
+    columns = [c for c in results if results[c]]
+    rounds = max(len(results[c]) for c in columns)
+    lines = [f"{'figure' + (f' (median of {rounds})' if rounds > 1 else ''):28}"]
+    lines[0] += "".join(f"{c:>22}" for c in columns)
     for key, _ in FIGURES:
         row = f"{key:28}"
         for c in columns:
-            value = results[c].get(key)
-            row += f"{value:22.2f}" if isinstance(value, (int, float)) else f"{'-':>22}"
+            value = _median(results[c], key)
+            row += f"{value:22.2f}" if value is not None else f"{'-':>22}"
         lines.append(row)
     base = "RocketMQ 5.3.3 gRPC"
-    if base in results:
-        lines.append(f"idemp gRPC ÷ {base} (> 1: idemp better):")
+    if results.get(base):
+        lines.append(f"idemp gRPC ÷ {base} (> 1: idemp better; medians, then each round):")
+        ours, theirs = results["idemp gRPC"], results[base]
         for key, lower in FIGURES:
-            a, b = results["idemp gRPC"].get(key), results[base].get(key)
-            if isinstance(a, (int, float)) and isinstance(b, (int, float)) and a and b:
-                lines.append(f"  {key:26} {(b / a if lower else a / b):6.2f}x")
+            a, b = _median(ours, key), _median(theirs, key)
+            if not (a and b):
+                continue
+            line = f"  {key:26} {(b / a if lower else a / b):6.2f}x"
+            if rounds > 1:
+                each = [
+                    (y[key] / x[key] if lower else x[key] / y[key])
+                    for x, y in zip(ours, theirs)
+                    if x.get(key) and y.get(key)
+                ]
+                line += "   (" + " ".join(f"{r:.2f}" for r in each) + ")"
+            lines.append(line)
     return "\n".join(lines)
 
 
@@ -158,12 +186,20 @@ def main(argv: list[str] | None = None) -> int:
         default=os.environ.get("REALRMQ5_ENDPOINTS"),
         help="RocketMQ 5.3.3 to compare with: <proxy grpc host:port>,<broker host:port>",
     )
+    p.add_argument(
+        "--rounds",
+        type=int,
+        default=3,
+        help="runs of each gRPC column, alternating; figures are the medians",
+    )
     args = p.parse_args(argv)
+    if args.rounds < 1:
+        p.error("--rounds must be at least 1")
     if not V5_PYTHON.exists():
         print(f"{V5_PYTHON} is missing: make v5-venv")
         return 2
     began = time.monotonic()
-    results = run(args.count, args.real5)
+    results = run(args.count, args.real5, args.rounds)
     print(report(results))
-    print(f"({time.monotonic() - began:.0f} s; count {args.count})")
+    print(f"({time.monotonic() - began:.0f} s; count {args.count}, rounds {args.rounds})")
     return 0
