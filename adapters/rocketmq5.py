@@ -28,6 +28,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from idemp.message import ConsumeResult, Message, consume_result_of
@@ -169,6 +170,7 @@ def consume(
     retry_after: int | None = None,
     stop: threading.Event | None = None,
     rounds: int | None = None,
+    ack_threads: int = 8,
 ) -> dict[str, int]:
     """Receive with ``consumer`` (a started ``SimpleConsumer``) and run ``fn`` on each
     message until ``stop`` is set (or for ``rounds`` receives); return the counts.
@@ -176,34 +178,48 @@ def consume(
     ``invisible_duration`` (seconds, at least 10 on RocketMQ 5) is how long a received
     message stays hidden from every other consumer of the group. A message ``fn`` does
     not ack is left to come back when that runs out, or after ``retry_after`` seconds.
+
+    The handlers run one after the other, in the order received; their acks go out
+    beside them, ``ack_threads`` at a time (the client's ack is one call per message that
+    waits for its answer: sequential, a batch spent most of its time waiting for them),
+    and all of a batch's are answered before the next receive.
     """
     group = _check_group(group, "consume")
+    if ack_threads < 1:
+        raise ValueError(f"ack_threads must be at least 1, not {ack_threads!r}")
     stop = stop or threading.Event()
     counts = {"acked": 0, "later": 0, "receives": 0, "errors": 0}
     done = 0
-    while not stop.is_set() and (rounds is None or done < rounds):
-        done += 1
-        counts["receives"] += 1
-        try:
-            batch = consumer.receive(max_messages, invisible_duration)
-        except Exception as exc:  # the broker away or restarting: try again shortly
-            counts["errors"] += 1
-            logger.warning("receive failed (%s); retrying in %.0f s", exc, RECEIVE_RETRY_S)
-            stop.wait(RECEIVE_RETRY_S)
-            continue
-        for received in batch:
+    with ThreadPoolExecutor(ack_threads, thread_name_prefix="idemp-ack") as acks:
+        while not stop.is_set() and (rounds is None or done < rounds):
+            done += 1
+            counts["receives"] += 1
             try:
+                batch = consumer.receive(max_messages, invisible_duration)
+            except Exception as exc:  # the broker away or restarting: try again shortly
+                counts["errors"] += 1
+                logger.warning("receive failed (%s); retrying in %.0f s", exc, RECEIVE_RETRY_S)
+                stop.wait(RECEIVE_RETRY_S)
+                continue
+            answers: list[tuple[Any, str, Future[Any]]] = []
+            for received in batch:
                 if _result(fn, received, group) is ConsumeResult.SUCCESS:
-                    consumer.ack(received)
-                    counts["acked"] += 1
+                    answers.append((received, "acked", acks.submit(consumer.ack, received)))
                     continue
                 counts["later"] += 1
                 if retry_after is not None:
-                    consumer.change_invisible_duration(received, retry_after)
-            except Exception as exc:
-                # the ack (or change) failed, e.g. the message became visible and went
-                # to another consumer meanwhile: it comes back, and the effect, already
-                # recorded, makes that delivery a duplicate
-                counts["errors"] += 1
-                logger.warning("ack of %s failed: %s", received.message_id, exc)
+                    change = acks.submit(consumer.change_invisible_duration, received, retry_after)
+                    answers.append((received, "", change))
+            for received, counted, answer in answers:
+                try:
+                    answer.result()
+                except Exception as exc:
+                    # the ack (or change) failed, e.g. the message became visible and went
+                    # to another consumer meanwhile: it comes back, and the effect, already
+                    # recorded, makes that delivery a duplicate
+                    counts["errors"] += 1
+                    logger.warning("ack of %s failed: %s", received.message_id, exc)
+                    continue
+                if counted:
+                    counts[counted] += 1
     return counts

@@ -78,6 +78,7 @@ def main() -> None:
     cfg = ClientConfiguration(spec["endpoint"], Credentials(), request_timeout=10)
     subs = {spec["topic"]: FilterExpression("*")}
     deadline = time.monotonic() + spec["within"]
+    counts: dict[str, int] = {}  # the SimpleConsumer loop's, summed over its rounds
     if spec["mode"] == "push":
         consumer = PushConsumer(
             cfg, spec["group"], rocketmq5.listener(listener, group=spec["group"]), subs
@@ -91,13 +92,18 @@ def main() -> None:
         consumer.startup()
         stop = threading.Event()
         while not stop.is_set() and time.monotonic() < deadline:
-            rocketmq5.consume(
+            got = rocketmq5.consume(
                 consumer, listener, group=spec["group"], invisible_duration=10, rounds=1
             )
+            for k, v in got.items():
+                counts[k] = counts.get(k, 0) + v
             if finished():
                 stop.set()
         consumer.shutdown()
-    print(json.dumps({"stats": stats(name), "again": sorted(again)}), flush=True)
+    print(
+        json.dumps({"stats": stats(name), "again": sorted(again), "counts": counts}),
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

@@ -74,6 +74,10 @@ def test_simple_consumer_loop_each_effect_once(
     assert sorted(e[0] for e in effects) == sorted(f"o-{i}" for i in range(10))
     assert result["stats"]["processed"] == 10
     assert result["stats"]["duplicates"] == 4  # two producer retries, two lost acks
+    # the loop's own count: every delivery the listener acked was acked at the broker (the
+    # acks of a batch go out together), the two thrown-away results were not
+    counts = result["counts"]
+    assert (counts["acked"], counts["later"], counts["errors"]) == (12, 2, 0), counts
 
 
 def test_push_consumer_fifo_order_and_each_effect_once(
