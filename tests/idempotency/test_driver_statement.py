@@ -215,14 +215,12 @@ def test_sqlite_begin_is_immediate_on_idemp_engines_only(tmp_path: Path) -> None
             with plain.connect() as other, other.begin():  # not immediate: reads on
                 assert other.execute(sa.select(table.c.id)).fetchall() == []
         assert not ours.dispatch.begin and not ours._has_events  # nothing per statement
-        with ours.connect() as conn:  # committed and released: the probe gets the lock
-            probe.execute("BEGIN IMMEDIATE")
-            probe.execute("ROLLBACK")
-            with pytest.raises(DBAPIError) as caught:  # and ours waits for the probe's
-                probe.execute("BEGIN IMMEDIATE")
+        probe.execute("BEGIN IMMEDIATE")  # committed and released: the probe gets the lock
+        with ours.connect() as conn:
+            with pytest.raises(DBAPIError) as caught:  # and ours now waits for the probe's
                 conn.begin()
             assert busy(caught.value)
-            probe.execute("ROLLBACK")
+        probe.execute("ROLLBACK")
     finally:
         probe.close()
         ours.dispose()
