@@ -201,16 +201,16 @@ def consume(
                 logger.warning("receive failed (%s); retrying in %.0f s", exc, RECEIVE_RETRY_S)
                 stop.wait(RECEIVE_RETRY_S)
                 continue
-            answers: list[tuple[Any, str, Future[Any]]] = []
+            answers: list[tuple[Any, bool, Future[Any]]] = []  # (message, an ack?, its answer)
             for received in batch:
                 if _result(fn, received, group) is ConsumeResult.SUCCESS:
-                    answers.append((received, "acked", acks.submit(consumer.ack, received)))
+                    answers.append((received, True, acks.submit(consumer.ack, received)))
                     continue
                 counts["later"] += 1
                 if retry_after is not None:
                     change = acks.submit(consumer.change_invisible_duration, received, retry_after)
-                    answers.append((received, "", change))
-            for received, counted, answer in answers:
+                    answers.append((received, False, change))
+            for received, is_ack, answer in answers:
                 try:
                     answer.result()
                 except Exception as exc:
@@ -220,6 +220,6 @@ def consume(
                     counts["errors"] += 1
                     logger.warning("ack of %s failed: %s", received.message_id, exc)
                     continue
-                if counted:
-                    counts[counted] += 1
+                if is_ack:
+                    counts["acked"] += 1
     return counts
