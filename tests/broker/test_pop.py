@@ -121,3 +121,47 @@ def test_a_popped_message_never_handed_over_is_visible_again_at_once(
     assert service.revive() == 1
     (again,) = _pop(service, 60_000)
     assert (again.message.body, again.attempt) == (b"lost in transit", 1)
+
+
+def test_committed_offset_is_the_first_message_still_in_flight(store: MessageStore) -> None:
+    """What a restarted broker resumes from: acks out of order and an expired message
+    move it only as far as the first message still invisible."""
+    service = PopService(store, "broker-a")
+    for i in range(6):
+        _put(store, b"m%d" % i)
+
+    def pop(batch: int, invisible_ms: int = 60_000) -> list[popmod.Popped]:
+        return service.pop(
+            "G", "T", batch, invisible_ms, fifo=False, accepts=lambda m: True, max_attempts=17
+        )
+
+    def committed() -> int | None:
+        return store.offsets.query("G", "T", 0)
+
+    first = pop(3)
+    assert [p.message.queue_offset for p in first] == [0, 1, 2]
+    assert committed() == 0
+    service.ack("G", "T", first[1].receipt.encode())
+    assert committed() == 0  # offset 0 is still invisible
+    service.ack("G", "T", first[0].receipt.encode())
+    assert committed() == 2
+    (short,) = pop(1, invisible_ms=1)
+    assert short.message.queue_offset == 3
+    service.ack("G", "T", first[2].receipt.encode())
+    assert committed() == 3  # offset 3 is still invisible
+    time.sleep(0.005)  # past offset 3's invisible time of 1 ms
+    assert service.revive() == 1  # into the retry topic: no longer holds the queue back
+    assert committed() == 4
+
+
+def test_a_receive_reads_past_what_it_does_not_accept(store: MessageStore) -> None:
+    """A batch is filled across reads: messages the filter rejects do not count."""
+    service = PopService(store, "broker-a")
+    for i in range(7):
+        _put(store, b"m%d" % i)
+    odd = service.pop(
+        "G", "T", 3, 60_000, fifo=False, accepts=lambda m: m.body[-1] % 2 == 1, max_attempts=17
+    )
+    assert [p.message.body for p in odd] == [b"m1", b"m3", b"m5"]
+    rest = service.pop("G", "T", 3, 60_000, fifo=False, accepts=lambda m: True, max_attempts=17)
+    assert [p.message.body for p in rest] == [b"m6"]  # the rejected ones are not redelivered
