@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from idemp.remoting.codes import Prop
@@ -34,6 +34,7 @@ from idemp.remoting.message import MessageExt, decode_message
 
 from ..metadata import Perm, dlq_topic
 from ..store import MessageStore
+from .deadlines import Deadlines
 
 NORMAL_TOPIC = "0"
 # the proxy's renewMaxTimeMillis (3 h): past it, even an auto-renewed message comes back
@@ -152,11 +153,25 @@ class _GroupTopic:
     ordered: dict[int, _Ordered] = field(default_factory=dict)
 
 
+@dataclass(slots=True, eq=False)
+class _Due:
+    """Where a message in flight is held, for the deadline sweeps."""
+
+    group_topic: tuple[str, str]
+    state: _GroupTopic
+    key: tuple[str, int, int]  # (stored topic, queue, offset)
+    held: _InFlight
+    order: _Ordered | None  # a FIFO queue's, else None
+
+
 class PopService:
     def __init__(self, store: MessageStore, broker_name: str) -> None:
         self.store = store
         self.broker_name = broker_name
         self._state: dict[tuple[str, str], _GroupTopic] = {}
+        # what falls due when (revive), and what a connected client keeps invisible (renew)
+        self._due: Deadlines[_Due] = Deadlines(self._holds)
+        self._renewing: Deadlines[_Due] = Deadlines(self._renews)
         self._waiters: dict[str, set[asyncio.Future[None]]] = {}
         self._retry_of: dict[str, str] = {}  # retry topic -> the topic it retries
         self.dead_lettered = 0
@@ -184,6 +199,32 @@ class PopService:
             waiting = self._waiters.get(topic)
             if waiting is not None:
                 waiting.discard(fut)
+
+    # --- the deadline index ------------------------------------------------------------
+    def _holds(self, deadline: int, due: _Due) -> bool:
+        held = due.held
+        if held.deadline != deadline or self._state.get(due.group_topic) is not due.state:
+            return False
+        if due.order is not None:
+            return due.order.inflight.get(due.key[2]) is held
+        return due.state.inflight.get(due.key) is held
+
+    def _renews(self, deadline: int, due: _Due) -> bool:
+        return due.held.client is not None and self._holds(deadline, due)
+
+    def _track(self, due: _Due) -> None:
+        """``due.held`` got a deadline (popped, renewed, released, changed)."""
+        self._due.push(due.held.deadline, due)
+        if due.held.client is not None:
+            self._renewing.push(due.held.deadline, due)
+
+    def _where(
+        self, group: str, topic: str, state: _GroupTopic, key: tuple[str, int, int], held: _InFlight
+    ) -> _Due:
+        order = state.ordered.get(key[1]) if key[0] == topic else None
+        if order is not None and order.inflight.get(key[2]) is not held:
+            order = None
+        return _Due((group, topic), state, key, held, order)
 
     # --- receive ----------------------------------------------------------------------
     def pop(
@@ -251,9 +292,10 @@ class PopService:
         for item in popped:
             found = self._find(group, topic, item.receipt)
             if found is not None:
-                held = found[2]
+                state, key, held = found
                 held.client = client
                 held.renew_until = now + MAX_RENEW_MS
+                self._renewing.push(held.deadline, self._where(group, topic, state, key, held))
 
     def _start_offset(self, group: str, stored: str, qid: int) -> int:
         committed = self.store.offsets.query(group, stored, qid)
@@ -313,9 +355,9 @@ class PopService:
                     self._to_dlq(group, topic, msg)
                     continue
                 receipt = self._receipt(start, now, invisible_ms, topic_type, qid, msg)
-                state.inflight[(stored, qid, msg.queue_offset)] = _InFlight(
-                    receipt, msg.reconsume_times
-                )
+                at = (stored, qid, msg.queue_offset)
+                held = state.inflight[at] = _InFlight(receipt, msg.reconsume_times)
+                self._due.push(held.deadline, _Due((group, topic), state, at, held, None))
                 pending[msg.queue_offset] = None
                 msg.topic = topic
                 out.append(Popped(msg, receipt, msg.reconsume_times + 1))
@@ -417,7 +459,9 @@ class PopService:
                 self._ack_ordered(group, topic, qid, order, [msg.queue_offset])
                 continue
             receipt = self._receipt(start, now, invisible_ms, NORMAL_TOPIC, qid, msg)
-            order.inflight[msg.queue_offset] = _InFlight(receipt, reconsume)
+            held = order.inflight[msg.queue_offset] = _InFlight(receipt, reconsume)
+            at = (topic, qid, msg.queue_offset)
+            self._due.push(held.deadline, _Due((group, topic), state, at, held, order))
             out.append(Popped(msg, receipt, reconsume + 1))
 
     def _ack_ordered(
@@ -496,10 +540,13 @@ class PopService:
             return fresh
         state, key, held = found
         order = state.ordered.get(receipt.queue_id) if key[0] == topic else None
+        replaced = _InFlight(fresh, held.reconsume)
         if order is not None and receipt.offset in order.inflight:
-            order.inflight[receipt.offset] = _InFlight(fresh, held.reconsume)
+            order.inflight[receipt.offset] = replaced
         else:
-            state.inflight[key] = _InFlight(fresh, held.reconsume)
+            order = None
+            state.inflight[key] = replaced
+        self._due.push(replaced.deadline, _Due((group, topic), state, key, replaced, order))
         return fresh
 
     def forward_to_dlq(self, group: str, topic: str, handle: str) -> None:
@@ -540,27 +587,29 @@ class PopService:
         self.dead_lettered += 1
 
     # --- revive -----------------------------------------------------------------------
-    def _all_inflight(self) -> list[_InFlight]:
-        out: list[_InFlight] = []
-        for state in self._state.values():
-            out.extend(state.inflight.values())
-            for order in state.ordered.values():
-                out.extend(order.inflight.values())
-        return out
+    def _all_inflight(self) -> Iterator[_Due]:
+        for group_topic, state in self._state.items():
+            for key, held in state.inflight.items():
+                yield _Due(group_topic, state, key, held, None)
+            for qid, order in state.ordered.items():
+                for offset, held in order.inflight.items():
+                    yield _Due(group_topic, state, (group_topic[1], qid, offset), held, order)
 
     def renew(self, alive: Callable[[str], bool]) -> int:
         """Keep auto-renewed messages invisible while their client is connected: due
         within RENEW_AHEAD_MS, they get RENEW_SLICE_MS more (the proxy's renew task)."""
         now = int(time.time() * 1000)
         renewed = 0
-        for held in self._all_inflight():
-            if held.client is None or held.deadline - now > RENEW_AHEAD_MS:
-                continue
-            if now < held.renew_until and alive(held.client):
+        for deadline, due in self._renewing.pop_due(now + RENEW_AHEAD_MS):
+            if not self._renews(deadline, due):
+                continue  # listed twice under one deadline, and renewed already
+            held = due.held
+            if now < held.renew_until and alive(held.client):  # type: ignore[arg-type]
                 held.deadline = min(now + RENEW_SLICE_MS, held.renew_until)
+                self._track(due)
                 renewed += 1
             else:
-                held.client = None
+                held.client = None  # its entry in ``_due`` stands: revive takes it
         return renewed
 
     def release(self, group: str, topic: str, receipts: list[Receipt]) -> None:
@@ -570,41 +619,42 @@ class PopService:
         for receipt in receipts:
             found = self._find(group, topic, receipt)
             if found is not None:
-                found[2].client = None
-                found[2].deadline = now
-                if (
-                    found[1][0] != topic
-                    or receipt.offset
-                    not in (found[0].ordered.get(receipt.queue_id) or _Ordered(0)).inflight
-                ):
-                    found[2].reconsume -= 1  # revive adds one: this delivery never happened
+                due = self._where(group, topic, *found)
+                due.held.client = None
+                due.held.deadline = now
+                if due.order is None:
+                    due.held.reconsume -= 1  # revive adds one: this delivery never happened
+                self._track(due)
 
     def release_client(self, client: str) -> None:
         """A client left: its auto-renewed messages come back shortly (the proxy changes
         their invisible time to invisibleTimeMillisWhenClear)."""
         now = int(time.time() * 1000)
-        for held in self._all_inflight():
-            if held.client == client:
-                held.client = None
-                held.deadline = min(held.deadline, now + CLEAR_MS)
+        for due in list(self._all_inflight()):
+            if due.held.client == client:
+                due.held.client = None
+                due.held.deadline = min(due.held.deadline, now + CLEAR_MS)
+                self._track(due)
 
     def revive(self) -> int:
         """Hand out again what stayed invisible too long: normal groups through their
         retry topic, FIFO queues from where they stand. Returns how many were revived."""
         now = int(time.time() * 1000)
         revived = 0
-        for (group, topic), state in self._state.items():
-            expired = [k for k, f in state.inflight.items() if f.deadline <= now]
-            for key in expired:
-                held = self._settle(state, key)
-                msg = self.store.lookup(held.receipt.commit_log_offset)
-                if msg is not None:
-                    self._to_retry(group, topic, msg, held.reconsume + 1, now)
-                    revived += 1
-                self._settled(group, state, key)
-            for order in state.ordered.values():
-                if order.inflight and all(f.deadline <= now for f in order.inflight.values()):
+        for deadline, due in self._due.pop_due(now):
+            if not self._holds(deadline, due):
+                continue  # listed twice under one deadline, and revived already
+            group, topic = due.group_topic
+            if due.order is not None:
+                if all(f.deadline <= now for f in due.order.inflight.values()):
                     self.wake(topic)  # the queue is free again: a waiting receive takes it
+                continue
+            held = self._settle(due.state, due.key)
+            msg = self.store.lookup(held.receipt.commit_log_offset)
+            if msg is not None:
+                self._to_retry(group, topic, msg, held.reconsume + 1, now)
+                revived += 1
+            self._settled(group, due.state, due.key)
         return revived
 
     def _to_retry(self, group: str, topic: str, msg: MessageExt, reconsume: int, now: int) -> None:
