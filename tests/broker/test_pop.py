@@ -5,6 +5,7 @@ retry topic. The timing constants are narrowed per test instead of waiting a min
 from __future__ import annotations
 
 import time
+import types
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -165,3 +166,38 @@ def test_a_receive_reads_past_what_it_does_not_accept(store: MessageStore) -> No
     assert [p.message.body for p in odd] == [b"m1", b"m3", b"m5"]
     rest = service.pop("G", "T", 3, 60_000, fifo=False, accepts=lambda m: True, max_attempts=17)
     assert [p.message.body for p in rest] == [b"m6"]  # the rejected ones are not redelivered
+
+
+def test_fifo_queue_redelivers_its_unacked_messages_in_order_past_acked_and_filtered(
+    store: MessageStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = [1_000_000.0]  # the POP state's wall clock, in seconds, moved by hand
+    monkeypatch.setattr(popmod, "time", types.SimpleNamespace(time=lambda: clock[0]))
+    service = PopService(store, "broker-a")
+    for i in range(6):
+        _put(store, b"m%d" % i)
+
+    def pop(batch: int) -> list[popmod.Popped]:
+        return service.pop(
+            "G", "T", batch, 10_000, fifo=True, accepts=lambda m: m.body != b"m2",
+            max_attempts=17,
+        )  # fmt: skip
+
+    first = pop(4)
+    assert [(p.message.body, p.attempt) for p in first] == [
+        (b"m0", 1), (b"m1", 1), (b"m3", 1), (b"m4", 1),
+    ]  # fmt: skip
+    clock[0] += 9.999
+    assert pop(4) == []  # the queue waits for its messages
+    service.ack("G", "T", first[1].receipt.encode())
+    clock[0] += 0.001  # their invisible time is over
+    again = pop(4)
+    # m1 acked, m2 filtered out: not again. The attempt is one count for the queue, the
+    # fewest deliveries in the batch (RocketMQ's), and m5 is a first delivery
+    assert [(p.message.body, p.attempt) for p in again] == [
+        (b"m0", 1), (b"m3", 1), (b"m4", 1), (b"m5", 1),
+    ]  # fmt: skip
+    assert pop(4) == []
+    for p in again:
+        service.ack("G", "T", p.receipt.encode())
+    assert store.offsets.query("G", "T", 0) == 6

@@ -306,15 +306,6 @@ class PopService:
         low = self.store.min_offset(stored, qid)
         return low if low == 0 else self.store.max_offset(stored, qid)
 
-    def _read(self, stored: str, qid: int, offset: int) -> tuple[MessageExt | None, int]:
-        """The message at ``offset`` (None if it is filtered out of the queue) and the
-        next offset; (None, offset) at the queue's end."""
-        result = self.store.get_messages(stored, qid, offset, 1, None)
-        if not result.records:
-            return None, offset if result.next_begin_offset <= offset else result.next_begin_offset
-        msg, _ = decode_message(result.records[0], 0, decompress=False)
-        return msg, msg.queue_offset + 1
-
     def _pop_queue(
         self,
         group: str,
@@ -435,18 +426,24 @@ class PopService:
             if offset in order.acked:
                 offset += 1
                 continue
-            msg, nxt = self._read(topic, qid, offset)
-            if msg is None:
-                if nxt == offset:
+            want = batch - len(out) - len(found)
+            result = self.store.get_messages(topic, qid, offset, want, None)
+            if not result.records:
+                nxt = result.next_begin_offset
+                if nxt <= offset:
                     break
                 self._ack_ordered(group, topic, qid, order, range(offset, nxt))
                 offset = nxt
                 continue
-            offset = nxt
-            if not accepts(msg):
-                self._ack_ordered(group, topic, qid, order, [msg.queue_offset])
-                continue
-            found.append(msg)
+            for record in result.records:
+                msg, _ = decode_message(record, 0, decompress=False)
+                offset = msg.queue_offset + 1
+                if msg.queue_offset in order.acked:
+                    continue
+                if not accepts(msg):
+                    self._ack_ordered(group, topic, qid, order, [msg.queue_offset])
+                    continue
+                found.append(msg)
         # RocketMQ reports one count per queue for a FIFO receive: the fewest times any
         # of its messages was handed out before (ConsumerOrderInfoManager.update), so a
         # batch holding a first delivery is attempt 1 throughout
