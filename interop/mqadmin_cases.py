@@ -129,6 +129,11 @@ CASES: list[Case] = [
         "exportMetadata -n {ns} -c DefaultCluster -f {home}/export",
         "export {home}/export/metadata.json success",
     ),
+    # reads brokerRole, fileReservedTime, useTLS, ... from getBrokerConfig (an NPE if absent)
+    _c(
+        "exportConfigs -n {ns} -c DefaultCluster -f {home}/export",
+        "export {home}/export/configs.json success",
+    ),
 ]
 
 

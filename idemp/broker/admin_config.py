@@ -4,7 +4,8 @@
 RocketMQ answers GET_BROKER_CONFIG with every setting as ``key=value`` lines and a
 ``version`` header (a DataVersion); UPDATE_BROKER_CONFIG takes ``key=value`` lines and
 applies those it knows, ignoring the rest and values that do not parse (it still
-answers SUCCESS; idemp logs what it ignored). idemp reports the settings it has.
+answers SUCCESS; idemp logs what it ignored). idemp reports the settings it has and, for
+the rest of RocketMQ's, RocketMQ's defaults (``rocketmq_defaults``).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from idemp.remoting import RemotingCommand, RequestCode, ResponseCode
 
+from . import rocketmq_defaults
 from .config import ConfigError, apply_setting, read_properties
 
 if TYPE_CHECKING:
@@ -38,10 +40,12 @@ def _value(value: object) -> str:
 
 
 def config_lines(cfg: BrokerConfig) -> str:
-    """Configuration.getAllConfigsFormatString: one ``key=value`` per line."""
-    items = {
-        f.name: _value(getattr(cfg, f.name)) for f in dataclasses.fields(cfg) if f.name != "unknown"
-    }
+    """Configuration.getAllConfigsFormatString: one ``key=value`` per line, RocketMQ's
+    whole set (what idemp does not model, at RocketMQ's defaults)."""
+    items = dict(rocketmq_defaults.STATIC)
+    items.update(rocketmq_defaults.derived(cfg.listenPort, cfg.storePathRootDir, cfg.brokerIP1))
+    modelled = (f.name for f in dataclasses.fields(cfg) if f.name != "unknown")
+    items.update((name, _value(getattr(cfg, name))) for name in modelled)
     items.update(cfg.unknown)
     return "".join(f"{k}={v}\n" for k, v in items.items())
 

@@ -150,7 +150,7 @@ def test_broker_config_get_and_update(broker: BrokerProcess) -> None:
         before = c.request(RequestCode.GET_BROKER_CONFIG)
         update = c.request(
             RequestCode.UPDATE_BROKER_CONFIG,
-            body=b"maxMessageSize=2048\ndefaultTopicQueueNums=oops\n",
+            body=b"maxMessageSize=2048\ndefaultTopicQueueNums=oops\nfileReservedTime=48\n",
         )
         after = c.request(RequestCode.GET_BROKER_CONFIG)
         big = c.send_message(TOPIC, b"x" * 4096)
@@ -158,9 +158,22 @@ def test_broker_config_get_and_update(broker: BrokerProcess) -> None:
     lines = dict(line.split("=", 1) for line in before.body.decode().splitlines())
     assert lines["brokerName"] == "broker-a" and lines["maxMessageSize"] == "4194304"
     assert json.loads(before.ext_fields["version"])["counter"] == 0
+    # RocketMQ's whole set, not only what idemp models: mqadmin exportConfigs reads these
+    # (and fails on a missing one), at RocketMQ 4.9.7's defaults
+    exported = ("brokerRole", "fileReservedTime", "filterServerNums", "msgTraceTopicName")
+    assert [lines[k] for k in exported] == ["ASYNC_MASTER", "72", "0", "RMQ_SYS_TRACE_TOPIC"]
+    assert (lines["slaveReadEnable"], lines["traceTopicEnable"], lines["useTLS"]) == (
+        "false",
+        "false",
+        "false",
+    )
+    assert lines["storePathCommitLog"] == str(Path(lines["storePathRootDir"]) / "commitlog")
+    assert lines["haListenPort"] == str(int(lines["listenPort"]) + 1)
+    assert len(lines) >= 170  # RocketMQ 4.9.7 reports 176
     assert update.code == ResponseCode.SUCCESS  # a value that does not parse is ignored
     after_lines = dict(line.split("=", 1) for line in after.body.decode().splitlines())
     assert after_lines["maxMessageSize"] == "2048" and after_lines["defaultTopicQueueNums"] == "8"
+    assert after_lines["fileReservedTime"] == "48"  # reported as set; idemp does not act on it
     assert json.loads(after.ext_fields["version"])["counter"] == 1
     assert big.code == ResponseCode.MESSAGE_ILLEGAL  # the new limit is in force
 
