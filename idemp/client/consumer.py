@@ -31,6 +31,7 @@ from idemp.remoting import (
 )
 from idemp.remoting.codes import RETRY_GROUP_TOPIC_PREFIX
 
+from . import running_info
 from .instance import ClientInstance
 from .offsets import NOT_FOUND, LocalFileOffsetStore, OffsetStore, RemoteOffsetStore
 from .processqueue import ProcessQueue
@@ -149,6 +150,7 @@ class PushConsumer:
         self.instance: ClientInstance | None = None
         self.offsets: OffsetStore | None = None
         self.started = False
+        self.start_timestamp_ms = 0
         self.stopping = False
         self._rebalance_lock: asyncio.Lock | None = None
         self._lock_task: asyncio.Task[None] | None = None
@@ -181,6 +183,7 @@ class PushConsumer:
             inst.release()
             raise
         self.started = True
+        self.start_timestamp_ms = int(time.time() * 1000)
 
     def shutdown(self, timeout: float = 90.0) -> None:
         """Finish the batches in hand, persist offsets, unlock queues, unregister."""
@@ -259,22 +262,41 @@ class PushConsumer:
         }
 
     def running_info(self) -> dict[str, Any]:
+        """ConsumerRunningInfo, the consumer's part (``running_info.encode`` adds the
+        instance's): its settings under the Java consumer's names, its subscriptions and
+        each queue it holds."""
+        s = self.settings
+        threads = str(s.consume_thread_count)
+        properties = {
+            "consumerGroup": self.group,
+            "messageModel": s.message_model.value,
+            "consumeFromWhere": s.consume_from.value,
+            "consumeThreadMin": threads,
+            "consumeThreadMax": threads,
+            "consumeMessageBatchMaxSize": str(s.consume_batch_size),
+            "pullBatchSize": str(s.pull_batch_size),
+            "pullThresholdForQueue": str(s.pull_threshold_for_queue),
+            "pullThresholdSizeForQueue": str(s.pull_threshold_size_for_queue_mb),
+            "consumeConcurrentlyMaxSpan": str(s.consume_concurrently_max_span),
+            "maxReconsumeTimes": str(s.max_reconsume_times),
+            "suspendCurrentQueueTimeMillis": str(int(s.suspend_current_queue_time * 1000)),
+            "consumeTimeout": str(int(s.consume_timeout_minutes)),
+            "namesrvAddr": self.client_settings.namesrv_addr,
+            "instanceName": self.client_settings.instance_name,
+            "clientIP": self.client_settings.client_ip,
+            running_info.PROP_CONSUME_ORDERLY: str(self.orderly).lower(),
+            running_info.PROP_THREADPOOL_CORE_SIZE: threads,
+            running_info.PROP_CONSUMER_START_TIMESTAMP: str(self.start_timestamp_ms),
+        }
+        queues = [
+            (mq, pq, self.offsets.read_memory(mq) if self.offsets else None)
+            for mq, pq in self.process_queues.items()
+        ]
         return {
-            "properties": {
-                "consumeOrderly": str(self.orderly).lower(),
-                "consumerGroup": self.group,
-                "messageModel": self.settings.message_model.value,
-            },
+            "properties": properties,
             "subscriptionSet": [s.heartbeat_data() for s in self.subscriptions.values()],
-            "mqTable": [
-                {
-                    **mq.as_json(),
-                    "cachedMsgCount": pq.msg_count,
-                    "locked": pq.locked,
-                    "commitOffset": (self.offsets.read_memory(mq) if self.offsets else None),
-                }
-                for mq, pq in self.process_queues.items()
-            ],
+            "mqTable": running_info.queue_table(queues),
+            "statusTable": {},
         }
 
     async def persist_offsets(self) -> None:

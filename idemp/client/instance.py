@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 from idemp.remoting import RemotingCommand, RequestCode, ResponseCode
 
+from . import running_info
 from .loop import LoopThread
 from .route import MASTER_ID, MessageQueue, TopicRoute
 from .settings import ClientSettings
@@ -325,9 +326,13 @@ class ClientInstance:
             consumer = self.consumers.get(group)
             if consumer is None:
                 return cmd.response(ResponseCode.SYSTEM_ERROR, f"no consumer group {group}")
-            return cmd.response(
-                ResponseCode.SUCCESS, body=json.dumps(consumer.running_info()).encode()
+            body = running_info.encode(
+                consumer.running_info(),
+                self.settings.namesrv_addr,
+                running_info.version_desc(self.settings.version),
+                cmd.ext_fields.get("jstackEnable") == "true",
             )
+            return cmd.response(ResponseCode.SUCCESS, body=body)
         if code == RequestCode.RESET_CONSUMER_CLIENT_OFFSET:
             group = cmd.ext_fields.get("group", "")
             reset_consumer = self.consumers.get(group)

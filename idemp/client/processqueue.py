@@ -38,6 +38,10 @@ class ProcessQueue:
     def msg_count(self) -> int:
         return len(self._msgs) + len(self.consuming)
 
+    def cached_offsets(self) -> list[int]:
+        """Offsets cached and not yet handed to a consume thread, ascending."""
+        return list(self._offsets)
+
     def put(self, msgs: list[MessageExt]) -> None:
         for m in msgs:
             off = m.queue_offset
