@@ -56,6 +56,10 @@ class ConsumeService(Protocol):
 
     async def service_shutdown(self) -> None: ...
 
+    async def consume_directly(self, msg: Message) -> tuple[str, str | None]:
+        """The listener on one message outside its queue: (CMResult name, remark)."""
+        ...
+
 
 @dataclass
 class Subscription:
@@ -297,6 +301,21 @@ class PushConsumer:
             "subscriptionSet": [s.heartbeat_data() for s in self.subscriptions.values()],
             "mqTable": running_info.queue_table(queues),
             "statusTable": {},
+        }
+
+    async def consume_directly(self, ext: MessageExt, broker_name: str) -> dict[str, Any]:
+        """CONSUME_MESSAGE_DIRECTLY (``mqadmin queryMsgById -g -d``, the dashboard's
+        resend): ConsumeMessageDirectlyResult. The message's queue, offset and retries are
+        not touched; a decorated listener deduplicates it as any other delivery."""
+        msg = to_message(ext, MessageQueue(ext.topic, broker_name, ext.queue_id), self.group)
+        began = time.monotonic()
+        result, remark = await self.service.consume_directly(msg)
+        return {
+            "order": self.orderly,
+            "autoCommit": True,
+            "consumeResult": result,
+            "remark": remark,
+            "spentTimeMills": int((time.monotonic() - began) * 1000),
         }
 
     async def persist_offsets(self) -> None:

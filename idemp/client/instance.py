@@ -15,7 +15,7 @@ import threading
 import time
 from typing import Any, Protocol
 
-from idemp.remoting import RemotingCommand, RequestCode, ResponseCode
+from idemp.remoting import MessageExt, RemotingCommand, RequestCode, ResponseCode
 
 from . import running_info
 from .loop import LoopThread
@@ -59,6 +59,8 @@ class ConsumerMember(Protocol):
     ) -> None: ...
 
     def running_info(self) -> dict[str, Any]: ...
+
+    async def consume_directly(self, ext: MessageExt, broker_name: str) -> dict[str, Any]: ...
 
 
 class ClientInstance:
@@ -333,6 +335,8 @@ class ClientInstance:
                 cmd.ext_fields.get("jstackEnable") == "true",
             )
             return cmd.response(ResponseCode.SUCCESS, body=body)
+        if code == RequestCode.CONSUME_MESSAGE_DIRECTLY:
+            return self._consume_directly(cmd)
         if code == RequestCode.RESET_CONSUMER_CLIENT_OFFSET:
             group = cmd.ext_fields.get("group", "")
             reset_consumer = self.consumers.get(group)
@@ -346,6 +350,20 @@ class ClientInstance:
         return cmd.response(
             ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {code} not supported"
         )
+
+    async def _consume_directly(self, cmd: RemotingCommand) -> RemotingCommand:
+        from idemp.remoting import decode_messages
+
+        group = cmd.ext_fields.get("consumerGroup", "")
+        consumer = self.consumers.get(group)
+        if consumer is None:  # RocketMQ's words
+            absent = f"The Consumer Group <{group}> not exist in this consumer"
+            return cmd.response(ResponseCode.SYSTEM_ERROR, absent)
+        msgs = decode_messages(cmd.body) if cmd.body else []
+        if not msgs:  # the broker found no message under the id it was given
+            return cmd.response(ResponseCode.SYSTEM_ERROR, "no message in the request to consume")
+        result = await consumer.consume_directly(msgs[0], cmd.ext_fields.get("brokerName", ""))
+        return cmd.response(ResponseCode.SUCCESS, body=json.dumps(result).encode())
 
     async def _check_transaction(self, conn: Connection, cmd: RemotingCommand) -> None:
         from idemp.remoting import decode_messages

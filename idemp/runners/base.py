@@ -164,6 +164,29 @@ class RunnerBase:
                     break
         return out
 
+    async def consume_directly(self, msg: Message) -> tuple[str, str | None]:
+        """The listener on one message an operator sent (RocketMQ's CMResult names):
+        acked or not, or what it raised."""
+        try:
+            if self.is_async:
+                result = self.listener(msg)
+                if inspect.isawaitable(result):
+                    result = await result
+            else:
+                loop = asyncio.get_running_loop()
+                result = await loop.run_in_executor(self.executor, self.listener, msg)
+            got = consume_result_of(result)
+        except Exception as exc:
+            log.exception("listener raised on %s (consumed directly)", msg.msg_id)
+            return "CR_THROW_EXCEPTION", f"{type(exc).__name__}: {exc}"
+        # a decorated listener's outcome says more than the ack: DUPLICATE, FAILED: why
+        outcome, error = getattr(result, "outcome", None), getattr(result, "error", None)
+        said = [outcome.name] if outcome is not None else []
+        if error is not None:
+            said.append(f"{type(error).__name__}: {error}")
+        remark = ": ".join(said) or (None if got is ConsumeResult.SUCCESS else got.name)
+        return ("CR_SUCCESS" if got is ConsumeResult.SUCCESS else "CR_LATER"), remark
+
 
 async def wait_tasks(tasks: set[asyncio.Future[Any]], timeout: float) -> None:
     if tasks:
