@@ -15,7 +15,7 @@ free_port() { .venv/bin/python -c 'import socket; s=socket.socket(); s.bind(("12
 NS_PORT=$(free_port); BR_PORT=$(free_port)
 WORK=$(mktemp -d)
 .venv/bin/idemp broker -n "127.0.0.1:$NS_PORT" --listen-port "$BR_PORT" --store "$WORK/store" \
-    -p autoCreateTopicEnable=true > "$WORK/broker.log" 2>&1 &
+    --grpc-port 0 -p autoCreateTopicEnable=true > "$WORK/broker.log" 2>&1 &
 BROKER=$!
 trap 'kill $BROKER 2>/dev/null; wait $BROKER 2>/dev/null; rm -rf "$WORK"' EXIT
 for _ in $(seq 100); do grep -q "idemp broker ready" "$WORK/broker.log" && break; sleep 0.2; done
