@@ -218,14 +218,6 @@ class PopService:
         if due.held.client is not None:
             self._renewing.push(due.held.deadline, due)
 
-    def _where(
-        self, group: str, topic: str, state: _GroupTopic, key: tuple[str, int, int], held: _InFlight
-    ) -> _Due:
-        order = state.ordered.get(key[1]) if key[0] == topic else None
-        if order is not None and order.inflight.get(key[2]) is not held:
-            order = None
-        return _Due((group, topic), state, key, held, order)
-
     # --- receive ----------------------------------------------------------------------
     def pop(
         self,
@@ -292,10 +284,9 @@ class PopService:
         for item in popped:
             found = self._find(group, topic, item.receipt)
             if found is not None:
-                state, key, held = found
-                held.client = client
-                held.renew_until = now + MAX_RENEW_MS
-                self._renewing.push(held.deadline, self._where(group, topic, state, key, held))
+                found.held.client = client
+                found.held.renew_until = now + MAX_RENEW_MS
+                self._renewing.push(found.held.deadline, found)
 
     def _start_offset(self, group: str, stored: str, qid: int) -> int:
         committed = self.store.offsets.query(group, stored, qid)
@@ -476,12 +467,10 @@ class PopService:
             self.store.offsets.commit(group, topic, qid, order.start)
 
     # --- ack, change, dead letter -----------------------------------------------------
-    def _find(
-        self, group: str, topic: str, receipt: Receipt
-    ) -> tuple[_GroupTopic, tuple[str, int, int], _InFlight] | None:
-        """The delivery ``receipt`` stands for; None when its message is not invisible
-        (acked already, or never received). Raises HandleError when the message is
-        invisible under another handle (one ChangeInvisibleDuration replaced)."""
+    def _find(self, group: str, topic: str, receipt: Receipt) -> _Due | None:
+        """Where the delivery ``receipt`` stands for is held; None when its message is not
+        invisible (acked already, or never received). Raises HandleError when the message
+        is invisible under another handle (one ChangeInvisibleDuration replaced)."""
         state = self._state.get((group, topic))
         if state is None:
             return None
@@ -492,21 +481,19 @@ class PopService:
         if order is not None and receipt.offset in order.inflight:
             held = order.inflight[receipt.offset]
         else:
-            held = state.inflight.get(key)
+            order, held = None, state.inflight.get(key)
         if held is None:
             return None
         if held.receipt != receipt:
             raise HandleError("INVALID_RECEIPT_HANDLE")
-        return state, key, held
+        return _Due((group, topic), state, key, held, order)
 
-    def _check(
-        self, group: str, topic: str, text: str
-    ) -> tuple[Receipt, tuple[_GroupTopic, tuple[str, int, int], _InFlight] | None]:
+    def _check(self, group: str, topic: str, text: str) -> tuple[Receipt, _Due | None]:
         """The handle decoded and the delivery it stands for; HandleError when it is
         malformed, void, or its message is visible again (renewal counts)."""
         receipt = Receipt.decode(text)
         found = self._find(group, topic, receipt)
-        deadline = found[2].deadline if found is not None else receipt.visible_at
+        deadline = found.held.deadline if found is not None else receipt.visible_at
         if deadline <= int(time.time() * 1000):
             raise HandleError("receipt handle is expired")
         return receipt, found
@@ -517,14 +504,12 @@ class PopService:
         receipt, found = self._check(group, topic, handle)
         if found is None:
             return
-        state, key, _ = found
-        order = state.ordered.get(receipt.queue_id) if key[0] == topic else None
-        if order is not None and receipt.offset in order.inflight:
-            self._ack_ordered(group, topic, receipt.queue_id, order, [receipt.offset])
+        if found.order is not None:
+            self._ack_ordered(group, topic, receipt.queue_id, found.order, [receipt.offset])
             self.wake(topic)
         else:
-            self._settle(state, key)
-            self._settled(group, state, key)
+            self._settle(found.state, found.key)
+            self._settled(group, found.state, found.key)
 
     def change_invisible(self, group: str, topic: str, handle: str, invisible_ms: int) -> Receipt:
         """A new handle, invisible for ``invisible_ms`` from now; the old one is void. The
@@ -535,15 +520,13 @@ class PopService:
         fresh = dataclasses.replace(receipt, pop_time=now, invisible_ms=invisible_ms)
         if found is None:
             return fresh
-        state, key, held = found
-        order = state.ordered.get(receipt.queue_id) if key[0] == topic else None
-        replaced = _InFlight(fresh, held.reconsume)
-        if order is not None and receipt.offset in order.inflight:
-            order.inflight[receipt.offset] = replaced
+        replaced = _InFlight(fresh, found.held.reconsume)
+        if found.order is not None:
+            found.order.inflight[receipt.offset] = replaced
         else:
-            order = None
-            state.inflight[key] = replaced
-        self._due.push(replaced.deadline, _Due((group, topic), state, key, replaced, order))
+            found.state.inflight[found.key] = replaced
+        found.held = replaced
+        self._due.push(replaced.deadline, found)
         return fresh
 
     def forward_to_dlq(self, group: str, topic: str, handle: str) -> None:
@@ -614,9 +597,8 @@ class PopService:
         receive takes them), with this delivery not counted."""
         now = int(time.time() * 1000)
         for receipt in receipts:
-            found = self._find(group, topic, receipt)
-            if found is not None:
-                due = self._where(group, topic, *found)
+            due = self._find(group, topic, receipt)
+            if due is not None:
                 due.held.client = None
                 due.held.deadline = now
                 if due.order is None:
