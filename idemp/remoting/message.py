@@ -35,8 +35,14 @@ def encode_properties(props: dict[str, str]) -> str:
     return "".join(f"{k}{NAME_VALUE_SEPARATOR}{v}{PROPERTY_SEPARATOR}" for k, v in props.items())
 
 
+def encode_stored_properties(props: dict[str, str]) -> str:
+    """The Java broker's form (``MessageDecoder.messageProperties2String``): no trailing
+    ``\x02``. A stored record's size, and so every later physical offset, depends on it."""
+    return PROPERTY_SEPARATOR.join(f"{k}{NAME_VALUE_SEPARATOR}{v}" for k, v in props.items())
+
+
 def decode_properties(text: str) -> dict[str, str]:
-    """Accept both the trailing-separator and the Java 4.9.8 forms; skip empty names."""
+    """Accept both the trailing-separator (C++) and the Java forms; skip empty names."""
     props: dict[str, str] = {}
     if not text:
         return props
@@ -166,7 +172,7 @@ def encode_message(msg: MessageExt, *, properties_text: str | None = None) -> by
     if len(topic) > 127:
         raise MessageFormatError(f"topic {msg.topic!r} is longer than 127 bytes")
     props = (
-        properties_text if properties_text is not None else encode_properties(msg.properties)
+        properties_text if properties_text is not None else encode_stored_properties(msg.properties)
     ).encode("utf-8")
     if len(props) > 32767:
         raise MessageFormatError(f"properties of {len(props)} bytes exceed 32767")

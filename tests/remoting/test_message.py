@@ -25,7 +25,7 @@ from idemp.remoting import (
     encode_message,
     encode_properties,
 )
-from idemp.remoting.message import COMPRESS_OVER, compress_body
+from idemp.remoting.message import COMPRESS_OVER, compress_body, encode_stored_properties
 
 from .golden import FRAMES, body
 from .strategies import BATCH_ENTRIES, PROPERTIES, hosts, messages
@@ -69,7 +69,7 @@ def test_message_round_trip(
     assert decoded == msg  # the encoder recorded the same sysFlag, crc and size on msg
     assert len(raw) == 91 + 12 * ((born_v == 6) + (store_v == 6)) + len(msg.body) + len(
         msg.topic.encode()
-    ) + len(encode_properties(msg.properties).encode())
+    ) + len(encode_stored_properties(msg.properties).encode())
 
 
 @settings(max_examples=60, deadline=None)
@@ -141,6 +141,9 @@ def test_encoder_limits() -> None:
 def test_properties_exact_form() -> None:
     assert encode_properties({"KEYS": "a b", "TAGS": "T"}) == "KEYS\x01a b\x02TAGS\x01T\x02"
     assert encode_properties({}) == ""
+    # what a broker stores (Java 4.9.7's MessageDecoder.messageProperties2String)
+    assert encode_stored_properties({"KEYS": "a b", "TAGS": "T"}) == "KEYS\x01a b\x02TAGS\x01T"
+    assert encode_stored_properties({}) == ""
     assert decode_properties("") == {}
     assert decode_properties("KEYS\x01a b\x02TAGS\x01T") == {"KEYS": "a b", "TAGS": "T"}
     assert decode_properties("\x02\x02A\x011\x02\x01x\x02B\x01\x02C") == {"A": "1"}
@@ -154,7 +157,8 @@ def test_properties_round_trip(props: dict[str, str]) -> None:
     assert list(decode_properties(text)) == list(props)  # order kept
     if props:
         assert text.endswith("\x02")
-        assert decode_properties(text[:-1]) == props  # Java 4.9.8 form, no trailing \x02
+        assert decode_properties(text[:-1]) == props  # Java's form, no trailing \x02
+        assert encode_stored_properties(props) == text[:-1]
     assert text.count("\x01") == text.count("\x02") == len(props)
 
 
@@ -224,7 +228,7 @@ BAD_RECORDS = {
 def test_bad_record_offsets_are_right() -> None:
     assert struct.unpack_from(">i", GOOD, BODY_LEN_AT)[0] == 4
     assert GOOD[TOPIC_LEN_AT] == 5 and GOOD[TOPIC_LEN_AT + 1 : TOPIC_LEN_AT + 6] == b"Topic"
-    assert struct.unpack_from(">h", GOOD, PROPS_LEN_AT)[0] == 4
+    assert struct.unpack_from(">h", GOOD, PROPS_LEN_AT)[0] == 3  # "A\x011", no trailing separator
 
 
 @pytest.mark.parametrize("name", sorted(BAD_RECORDS))
