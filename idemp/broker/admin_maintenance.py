@@ -122,7 +122,7 @@ def query_consume_queue(server: Broker, conn: Peer, cmd: RemotingCommand) -> Rem
             body["subscriptionData"] = {
                 "classFilterMode": False,
                 "codeSet": sorted(sub.codes) if sub.codes else [],
-                "expressionType": "TAG",
+                "expressionType": sub.expression_type,
                 "subString": sub.sub_string,
                 "subVersion": sub.sub_version,
                 "tagsSet": sorted(sub.tags),

@@ -160,7 +160,7 @@ def consumer_connections(server: Broker, conn: Peer, cmd: RemotingCommand) -> Re
         topic: {
             "classFilterMode": False,
             "codeSet": sorted(sub.codes) if sub.codes else [],
-            "expressionType": "TAG",
+            "expressionType": sub.expression_type,
             "subString": sub.sub_string,
             "subVersion": sub.sub_version,
             "tagsSet": sorted(sub.tags),

@@ -57,13 +57,23 @@ class SubscriptionData:
     sub_version: int
     tags: frozenset[str] = frozenset()
     codes: frozenset[int] | None = None  # None = every message
+    expression_type: str = "TAG"  # anything else (SQL92) is refused when pulled
 
     @classmethod
-    def build(cls, topic: str, sub_string: str, sub_version: int) -> SubscriptionData:
+    def build(
+        cls, topic: str, sub_string: str, sub_version: int, expression_type: str = "TAG"
+    ) -> SubscriptionData:
+        if not is_tag_type(expression_type):
+            return cls(topic, sub_string, sub_version, expression_type=expression_type)
         parsed = parse_subscription(sub_string)
         if parsed is None:
             return cls(topic, sub_string or "*", sub_version)
         return cls(topic, sub_string, sub_version, parsed[0], parsed[1])
+
+
+def is_tag_type(expression_type: str | None) -> bool:
+    """ExpressionType.isTagType: a missing or empty type is TAG."""
+    return not expression_type or expression_type == "TAG"
 
 
 @dataclass
@@ -132,7 +142,10 @@ class ClientManager:
                 except (TypeError, ValueError):
                     version_ms = 0
                 subs[topic] = SubscriptionData.build(
-                    topic, str(sub.get("subString", "*")), version_ms
+                    topic,
+                    str(sub.get("subString", "*")),
+                    version_ms,
+                    str(sub.get("expressionType") or "TAG"),
                 )
             if _update_subscriptions(info.subscriptions, subs) and group not in changed:
                 changed.append(group)

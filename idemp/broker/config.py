@@ -114,6 +114,12 @@ def parse_delay_levels(text: str) -> list[int]:
 
 
 def apply_setting(cfg: BrokerConfig, key: str, raw: str) -> None:
+    if key == "enablePropertyFilter" and raw.strip().lower() == "true":
+        # said at start, not found out when every SQL92 consumer is refused
+        raise ConfigError(
+            "enablePropertyFilter: idemp's broker does not filter by SQL92; "
+            "consumers subscribe by tag (leave it false, RocketMQ's default)"
+        )
     f = _FIELDS.get(key)
     if f is None:
         cfg.unknown[key] = raw

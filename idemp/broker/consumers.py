@@ -1,5 +1,5 @@
-"""Client bookkeeping requests: HEART_BEAT, UNREGISTER_CLIENT, GET_CONSUMER_LIST_BY_GROUP,
-QUERY/UPDATE_CONSUMER_OFFSET, LOCK/UNLOCK_BATCH_MQ."""
+"""Client bookkeeping requests: HEART_BEAT, UNREGISTER_CLIENT, CHECK_CLIENT_CONFIG,
+GET_CONSUMER_LIST_BY_GROUP, QUERY/UPDATE_CONSUMER_OFFSET, LOCK/UNLOCK_BATCH_MQ."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from idemp.remoting import RemotingCommand, RequestCode, ResponseCode, jsonlenient
 from idemp.remoting.codes import Perm
 
+from .clients import is_tag_type
 from .metadata import retry_topic
 
 if TYPE_CHECKING:
@@ -23,6 +24,7 @@ ACCESS_MESSAGE_IN_MEMORY_MAX_RATIO = 40
 def register(handlers: dict[int, Handler]) -> None:
     handlers[RequestCode.HEART_BEAT] = heartbeat
     handlers[RequestCode.UNREGISTER_CLIENT] = unregister_client
+    handlers[RequestCode.CHECK_CLIENT_CONFIG] = check_client_config
     handlers[RequestCode.GET_CONSUMER_LIST_BY_GROUP] = consumer_list
     handlers[RequestCode.QUERY_CONSUMER_OFFSET] = query_offset
     handlers[RequestCode.UPDATE_CONSUMER_OFFSET] = update_offset
@@ -63,6 +65,19 @@ def unregister_client(server: Broker, conn: Peer, cmd: RemotingCommand) -> Remot
     )
     for group in changed:
         server.notify_consumer_ids_changed(group)
+    return cmd.response(ResponseCode.SUCCESS)
+
+
+def check_client_config(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingCommand:
+    """What a Java consumer with an SQL92 selector asks at start: refused as RocketMQ
+    refuses it with enablePropertyFilter=false, so the consumer fails to start instead
+    of receiving nothing."""
+    sub = _json_body(cmd).get("subscriptionData") if cmd.body else None
+    if isinstance(sub, dict) and not is_tag_type(sub.get("expressionType")):
+        return cmd.response(
+            ResponseCode.SYSTEM_ERROR,
+            f"The broker does not support consumer to filter message by {sub['expressionType']}",
+        )
     return cmd.response(ResponseCode.SUCCESS)
 
 

@@ -62,6 +62,24 @@ class TopicConfig:
         """NORMAL, FIFO, DELAY, TRANSACTION or MIXED (RocketMQ 5's default: NORMAL)."""
         return self.attributes.get(MESSAGE_TYPE_ATTRIBUTE, "NORMAL").upper()
 
+    def __str__(self) -> str:
+        """Java's TopicConfig.toString, which RocketMQ's error remarks quote."""
+        return (
+            f"TopicConfig [topicName={self.topicName}, readQueueNums={self.readQueueNums}, "
+            f"writeQueueNums={self.writeQueueNums}, perm={perm_string(self.perm)}, "
+            f"topicFilterType={self.topicFilterType}, topicSysFlag={self.topicSysFlag}, "
+            f"order={'true' if self.order else 'false'}]"
+        )
+
+
+def perm_string(perm: int) -> str:
+    """PermName.perm2String: R, W and X (inherited) or a dash in their place."""
+    return (
+        ("R" if perm & Perm.READ else "-")
+        + ("W" if perm & Perm.WRITE else "-")
+        + ("X" if perm & Perm.INHERIT else "-")
+    )
+
 
 MESSAGE_TYPE_ATTRIBUTE = "message.type"
 MESSAGE_TYPES = ("NORMAL", "FIFO", "DELAY", "TRANSACTION", "MIXED")

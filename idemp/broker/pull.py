@@ -9,6 +9,7 @@ from idemp.remoting.codes import Perm
 from idemp.remoting.tags import parse_subscription
 
 from .brokerstats import BROKER_GET_NUMS, GROUP_GET_NUMS, GROUP_GET_SIZE
+from .clients import is_tag_type
 from .longpoll import HeldPull
 from .metadata import topic_error
 from .store import GetStatus
@@ -26,6 +27,15 @@ _CODE = {
     GetStatus.OFFSET_OVERFLOW_BADLY: ResponseCode.PULL_OFFSET_MOVED,
     GetStatus.OFFSET_TOO_SMALL: ResponseCode.PULL_OFFSET_MOVED,
 }
+
+
+def _no_property_filter(cmd: RemotingCommand, expression_type: str) -> RemotingCommand:
+    """RocketMQ with enablePropertyFilter=false (its default, and idemp's only setting)
+    refuses an SQL92 pull rather than deliver everything or nothing."""
+    return cmd.response(
+        ResponseCode.SYSTEM_ERROR,
+        f"The broker does not support consumer to filter message by {expression_type}",
+    )
 
 
 def register(handlers: dict[int, Handler]) -> None:
@@ -90,6 +100,9 @@ def _process(
         )
     codes: frozenset[int] | None
     if sys_flag & PullSysFlag.SUBSCRIPTION and cmd.ext_fields.get("subscription") is not None:
+        expression_type = cmd.ext_fields.get("expressionType")
+        if not is_tag_type(expression_type):
+            return _no_property_filter(cmd, str(expression_type))
         parsed = parse_subscription(cmd.ext_fields["subscription"])
         codes = None if parsed is None else parsed[1]
     else:
@@ -112,6 +125,8 @@ def _process(
             return cmd.response(
                 ResponseCode.SUBSCRIPTION_NOT_LATEST, "the consumer's subscription not latest"
             )
+        if not is_tag_type(sub.expression_type):
+            return _no_property_filter(cmd, sub.expression_type)
         codes = sub.codes
     result = store.get_messages(topic, queue_id, offset, cmd.field_int("maxMsgNums"), codes)
     if result.records:  # BrokerStatsManager.incGroupGetNums/Size, incBrokerGetNums

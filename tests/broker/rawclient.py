@@ -275,6 +275,7 @@ class RawClient:
         suspend_ms: int = 15000,
         commit_offset: int = 0,
         sub_version: int = 0,
+        expression_type: str | None = None,
         timeout: float | None = None,
     ) -> RemotingCommand:
         ext: dict[str, Any] = {
@@ -289,6 +290,8 @@ class RawClient:
             "subscription": subscription,
             "subVersion": sub_version,
         }
+        if expression_type is not None:
+            ext["expressionType"] = expression_type
         return self.request(RequestCode.PULL_MESSAGE, ext, timeout=timeout)
 
     def pull_messages(self, topic: str, queue_id: int = 0, offset: int = 0) -> list[MessageExt]:
@@ -309,6 +312,8 @@ class RawClient:
         producer_groups: Sequence[str] = (),
         topic: str = "T",
         sub_version: int = 1,
+        sub_string: str = "*",
+        expression_type: str = "TAG",
     ) -> RemotingCommand:
         body = {
             "clientID": client_id,
@@ -322,12 +327,12 @@ class RawClient:
                     "subscriptionDataSet": [
                         {
                             "topic": topic,
-                            "subString": "*",
+                            "subString": sub_string,
                             "tagsSet": [],
                             "codeSet": [],
                             "subVersion": sub_version,
                             "classFilterMode": False,
-                            "expressionType": "TAG",
+                            "expressionType": expression_type,
                         }
                     ],
                 }

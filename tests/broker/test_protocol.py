@@ -725,3 +725,50 @@ def test_heartbeat_with_newer_sub_version_serves_pulls_without_subscription(
         assert c.heartbeat("1-127.0.0.1@DEFAULT", [g], topic="Other", sub_version=300).code == 0
         gone = c.pull(T, 0, 0, group=g, sys_flag=0, sub_version=200)
         assert gone.code == 24 and "subscription not exist" in (gone.remark or "")
+
+
+def test_sql92_subscriptions_are_refused_as_rocketmq_refuses_them(pull_topic: PullTopic) -> None:
+    """RocketMQ 4.9.7 with enablePropertyFilter=false (its default; idemp serves tags
+    only): the Java consumer's CHECK_CLIENT_CONFIG at start, a pull carrying an SQL92
+    subscription and a pull under a heartbeated SQL92 subscription are all refused with
+    the same remark (seen with the Java client against both brokers), never served as
+    if the expression were a tag."""
+    T, g = pull_topic.name, "G_SQL92"
+    refusal = "The broker does not support consumer to filter message by SQL92"
+
+    def check(expression_type: str) -> RemotingCommand:
+        sub = {"topic": T, "subString": "a > 5", "expressionType": expression_type}
+        body = {"clientId": "1-127.0.0.1@DEFAULT", "group": g, "subscriptionData": sub}
+        return c.request(RequestCode.CHECK_CLIENT_CONFIG, body=json.dumps(body).encode())
+
+    with pull_topic.connect() as c:
+        sql = check("SQL92")
+        assert (sql.code, sql.remark) == (1, refusal)
+        assert check("TAG").code == 0
+        assert c.request(RequestCode.CHECK_CLIENT_CONFIG).code == 0  # no body: nothing to check
+        pulled = c.pull(T, 0, 0, group=g, subscription="a > 5", expression_type="SQL92")
+        assert (pulled.code, pulled.remark) == (1, refusal)
+        tag = c.pull(T, 0, 0, group=g, subscription="*", expression_type="TAG")
+        assert _pull_row(tag) == (0, "3")
+        hb = c.heartbeat(
+            "1-127.0.0.1@DEFAULT", [g], topic=T, sub_string="a > 5", expression_type="SQL92"
+        )
+        assert hb.code == 0
+        held = c.pull(T, 0, 0, group=g, sys_flag=0, sub_version=1)
+        assert (held.code, held.remark) == (1, refusal)
+        # mqadmin consumerConnection shows the subscription's type as given
+        conns = c.request(RequestCode.GET_CONSUMER_CONNECTION_LIST, {"consumerGroup": g})
+        table = jsonlenient.loads(conns.body)["subscriptionTable"]
+        assert (table[T]["expressionType"], table[T]["subString"]) == ("SQL92", "a > 5")
+
+
+def test_send_to_a_queue_beyond_the_topic_names_it_as_rocketmq_does(broker: BrokerProcess) -> None:
+    with RawClient(broker.broker_addr) as c:
+        assert c.create_topic("TopicBadQueue", 4).code == 0
+        r = c.send_message("TopicBadQueue", b"x", queue_id=99)
+        assert r.code == 1
+        assert r.remark == (
+            "request queueId[99] is illegal, TopicConfig [topicName=TopicBadQueue, "
+            "readQueueNums=4, writeQueueNums=4, perm=RW-, topicFilterType=SINGLE_TAG, "
+            f"topicSysFlag=0, order=false] Producer: {c.local_addr}"
+        )
