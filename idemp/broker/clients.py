@@ -210,6 +210,14 @@ class ClientManager:
             ]
         return list({id(c): c for c in stale}.values())
 
+    def find_producer(self, client_id: str) -> ClientChannel | None:
+        """ProducerManager.findChannel: a live producer connection of that client id."""
+        for chans in self.producers.values():
+            for chan in chans.values():
+                if chan.client_id == client_id and not chan.channel.closed:
+                    return chan
+        return None
+
     def producer_channel(self, group: str) -> ClientChannel | None:
         chans = self.producers.get(group)
         if not chans:

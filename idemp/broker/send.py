@@ -19,7 +19,7 @@ from idemp.remoting.message import MessageFormatError, decode_properties, iter_b
 from idemp.remoting.msgid import offset_msg_id
 
 from .brokerstats import BROKER_PUT_NUMS, SNDBCK_PUT_NUMS, TOPIC_PUT_NUMS, TOPIC_PUT_SIZE
-from .metadata import dlq_topic, retry_topic, topic_error
+from .metadata import TopicConfig, dlq_topic, retry_topic, topic_error
 
 if TYPE_CHECKING:
     from .context import Broker, Handler, HandlerResult, Peer
@@ -45,7 +45,7 @@ _V2_KEYS = {
     "m": "batch",
     "n": "bname",
 }
-_REQUIRED = (
+REQUIRED_FIELDS = (
     "producerGroup",
     "topic",
     "defaultTopic",
@@ -64,7 +64,7 @@ def register(handlers: dict[int, Handler]) -> None:
     handlers[RequestCode.CONSUMER_SEND_MSG_BACK] = send_back
 
 
-def _v1_header(cmd: RemotingCommand) -> RemotingCommand:
+def v1_header(cmd: RemotingCommand) -> RemotingCommand:
     if cmd.code == RequestCode.SEND_MESSAGE:
         return cmd
     ext = {_V2_KEYS.get(k, k): v for k, v in cmd.ext_fields.items()}
@@ -85,13 +85,15 @@ def _java_bool(value: str | None) -> bool:
     return value is not None and value.strip().lower() == "true"
 
 
-def send_message(server: Broker, conn: Peer, request: RemotingCommand) -> HandlerResult:
-    cmd = _v1_header(request)
-    cmd.require(*_REQUIRED)
+def msg_check(
+    server: Broker, conn: Peer, request: RemotingCommand, cmd: RemotingCommand
+) -> tuple[TopicConfig, int] | RemotingCommand:
+    """AbstractSendMessageProcessor.msgCheck: the broker writable, the topic legal and
+    present (or auto-created), the queue within it. The topic's config and the queue
+    asked for (negative: any), or the refusal."""
     store = server.store
     assert store is not None
     topic = cmd.ext_fields["topic"]
-    # --- msgCheck ---
     if not server.config.brokerPermission & Perm.WRITE:
         return request.response(
             ResponseCode.NO_PERMISSION,
@@ -122,6 +124,19 @@ def send_message(server: Broker, conn: Peer, request: RemotingCommand) -> Handle
             ResponseCode.SYSTEM_ERROR,
             f"request queueId[{queue_id}] is illegal, {tcfg} Producer: {conn.peer}",
         )
+    return tcfg, queue_id
+
+
+def send_message(server: Broker, conn: Peer, request: RemotingCommand) -> HandlerResult:
+    cmd = v1_header(request)
+    cmd.require(*REQUIRED_FIELDS)
+    store = server.store
+    assert store is not None
+    topic = cmd.ext_fields["topic"]
+    checked = msg_check(server, conn, request, cmd)
+    if isinstance(checked, RemotingCommand):
+        return checked
+    tcfg, queue_id = checked
     if queue_id < 0:
         queue_id = random.randrange(max(tcfg.writeQueueNums, 1))
     if len(cmd.body) > server.config.maxMessageSize:
@@ -184,7 +199,7 @@ def send_message(server: Broker, conn: Peer, request: RemotingCommand) -> Handle
         result = store.put(base, keep_wait=keep_wait)
     except MessageFormatError as exc:
         return request.response(ResponseCode.MESSAGE_ILLEGAL, str(exc))
-    _count_put(server, topic, 1, len(base.body))
+    count_put(server, topic, 1, len(base.body))
     response = request.response(
         ResponseCode.SUCCESS,
         ext_fields={
@@ -198,7 +213,7 @@ def send_message(server: Broker, conn: Peer, request: RemotingCommand) -> Handle
     return _after_flush(server, response, result.end)
 
 
-def _count_put(server: Broker, topic: str, n: int, size: int) -> None:
+def count_put(server: Broker, topic: str, n: int, size: int) -> None:
     """BrokerStatsManager's per-topic and per-broker put counters (statsAll, clusterList)."""
     stats = server.store.stats if server.store is not None else None
     if stats is not None:
@@ -264,7 +279,7 @@ def _send_batch(
             first_offset = result.queue_offset
         ids.append(offset_msg_id(store.store_host, result.commit_log_offset))
         end = result.end
-        _count_put(server, base.topic, 1, len(e.body))
+        count_put(server, base.topic, 1, len(e.body))
     response = request.response(
         ResponseCode.SUCCESS,
         ext_fields={

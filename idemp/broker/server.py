@@ -239,6 +239,7 @@ class BrokerServer:
             consumers,
             namesrv,
             pull,
+            reply,
             schedule,
             send,
             transaction,
@@ -261,6 +262,7 @@ class BrokerServer:
             admin_config,
             admin_maintenance,
             transaction,
+            reply,
         ):
             module.register(self.broker_handlers)
         namesrv.register(self.namesrv_handlers)

@@ -24,6 +24,7 @@ from idemp.remoting import (
     RequestCode,
     SerializeType,
     decode_messages,
+    decode_properties,
     encode_properties,
     jsonlenient,
     parse_offset_msg_id,
@@ -772,3 +773,73 @@ def test_send_to_a_queue_beyond_the_topic_names_it_as_rocketmq_does(broker: Brok
             "readQueueNums=4, writeQueueNums=4, perm=RW-, topicFilterType=SINGLE_TAG, "
             f"topicSysFlag=0, order=false] Producer: {c.local_addr}"
         )
+
+
+def test_request_reply_pushes_the_reply_to_the_requester_then_stores_it(
+    broker: BrokerProcess,
+) -> None:
+    """ReplyMessageProcessor (what the Java client's ``producer.request`` relies on): a
+    reply sent with SEND_REPLY_MESSAGE_V2 is pushed to the producer connection named in
+    REPLY_TO_CLIENT as PUSH_REPLY_MESSAGE_TO_CLIENT, answered only once that client
+    answered, then stored in the reply topic with its original properties."""
+    reply_topic, requester_id = "DefaultCluster_REPLY_TOPIC", "127.0.0.9@Requester"
+    props = {
+        "MSG_TYPE": "reply",
+        "CORRELATION_ID": "corr-1",
+        "REPLY_TO_CLIENT": requester_id,
+        "TTL": "3000",
+    }
+    with RawClient(broker.broker_addr) as req, RawClient(broker.broker_addr) as resp:
+        assert req.heartbeat(requester_id, producer_groups=["PG_REQUESTER"]).code == 0
+        before = resp.max_offset(reply_topic)
+        cmd = resp.command(
+            RequestCode.SEND_REPLY_MESSAGE_V2, _v2_ext(reply_topic, 0, props), b"pong"
+        )
+        resp.send(cmd)
+        pushed = req.wait_pushed(lambda c: c.code == RequestCode.PUSH_REPLY_MESSAGE_TO_CLIENT, 5)
+        resp.collect(QUIET_S)
+        assert cmd.opaque not in resp.responses  # not before the requester has answered
+        h = pushed.ext_fields
+        assert (h["topic"], h["producerGroup"], h["queueId"], h["flag"]) == (
+            reply_topic,
+            "PG_V2",
+            "0",
+            "7",
+        )
+        assert (h["bornHost"], h["storeHost"]) == (resp.local_addr, broker.broker_addr)
+        assert h["bornTimestamp"] == "1700000000123" and int(h["storeTimestamp"]) > 0
+        pushed_props = decode_properties(h["properties"])
+        assert pushed_props.pop("PUSH_REPLY_TIME").isdigit() and pushed_props == props
+        assert pushed.body == b"pong"
+        req.send(pushed.response(0))
+        answer = resp.wait_response(cmd.opaque)
+        assert (answer.code, answer.remark) == (0, None)
+        assert (answer.ext_fields["queueId"], answer.ext_fields["queueOffset"]) == (
+            "0",
+            str(before),
+        )
+        stored = resp.pull_messages(reply_topic, 0, before)
+        assert [(m.body, m.properties, m.offset_msg_id) for m in stored] == [
+            (b"pong", props, answer.ext_fields["msgId"])
+        ]
+
+        # refused, but stored all the same, as RocketMQ does
+        no_target = {k: v for k, v in props.items() if k != "REPLY_TO_CLIENT"}
+        for reply_props, remark in [
+            (no_target, "reply message properties[REPLY_TO_CLIENT] is null"),
+            (
+                {**props, "REPLY_TO_CLIENT": "gone@client"},
+                "push reply message fail, channel of <gone@client> not found.",
+            ),
+        ]:
+            r = resp.request(
+                RequestCode.SEND_REPLY_MESSAGE_V2, _v2_ext(reply_topic, 0, reply_props)
+            )
+            assert (r.code, r.remark) == (1, remark)
+        cmd = resp.command(RequestCode.SEND_REPLY_MESSAGE_V2, _v2_ext(reply_topic, 0, props), b"x")
+        resp.send(cmd)
+        pushed = req.wait_pushed(lambda c: c.code == RequestCode.PUSH_REPLY_MESSAGE_TO_CLIENT, 5)
+        req.send(pushed.response(1, "no such request"))
+        refused = resp.wait_response(cmd.opaque)
+        assert (refused.code, refused.remark) == (1, f"push reply message to {requester_id}fail.")
+        assert resp.max_offset(reply_topic) == before + 4
