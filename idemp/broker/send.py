@@ -15,7 +15,13 @@ from idemp.remoting.codes import (
     Perm,
     Prop,
 )
-from idemp.remoting.message import MessageFormatError, decode_properties, iter_batch
+from idemp.remoting.message import (
+    PROPERTY_SEPARATOR,
+    MessageFormatError,
+    decode_properties,
+    encode_stored_properties,
+    iter_batch,
+)
 from idemp.remoting.msgid import offset_msg_id
 
 from .brokerstats import BROKER_PUT_NUMS, SNDBCK_PUT_NUMS, TOPIC_PUT_NUMS, TOPIC_PUT_SIZE
@@ -260,7 +266,14 @@ def _send_batch(
     ids: list[str] = []
     first_offset = -1
     end = 0
+    # CommitLog.MessageExtBatchEncoder: each entry's own text, a separator unless it ends
+    # in one, then the batch's properties (WAIT included): not re-encoded from a map
+    outer_text = encode_stored_properties(outer)
     for e in entries:
+        inner_text = e.properties_text or ""
+        sep = (
+            PROPERTY_SEPARATOR if inner_text and not inner_text.endswith(PROPERTY_SEPARATOR) else ""
+        )
         msg = MessageExt(
             topic=base.topic,
             queue_id=base.queue_id,
@@ -272,7 +285,7 @@ def _send_batch(
             born_host=base.born_host,
         )
         try:
-            result = store.put(msg)
+            result = store.put(msg, keep_wait=True, properties_text=inner_text + sep + outer_text)
         except MessageFormatError as exc:
             return request.response(ResponseCode.MESSAGE_ILLEGAL, str(exc))
         if first_offset < 0:

@@ -182,10 +182,17 @@ class MessageStore:
 
     # --- writes --------------------------------------------------------------------
     def put(
-        self, msg: MessageExt, *, keep_wait: bool = False, apply_delay: bool = True
+        self,
+        msg: MessageExt,
+        *,
+        keep_wait: bool = False,
+        apply_delay: bool = True,
+        properties_text: str | None = None,
     ) -> PutResult:
         """Store ``msg`` (body already in its on-wire form). Delay levels are applied
-        here, as RocketMQ's CommitLog does, for plain and committed messages."""
+        here, as RocketMQ's CommitLog does, for plain and committed messages.
+        ``properties_text``: the record's properties as written, when RocketMQ stores
+        them verbatim rather than from ``msg.properties`` (a batch's entries)."""
         tran = msg.sys_flag & MessageSysFlag.TRANSACTION_MASK
         delay = msg.properties.get(Prop.DELAY)
         if (
@@ -224,7 +231,7 @@ class MessageStore:
         msg.commit_log_offset = self.commitlog.end
         msg.store_timestamp = int(time.time() * 1000)
         msg.store_host = self.store_host
-        record = encode_message(msg)
+        record = encode_message(msg, properties_text=properties_text)
         self.commitlog.append(record)
         if cq is not None:
             tcode = self._tags_code(msg)

@@ -326,6 +326,9 @@ class BatchEntry:
     body: bytes
     properties: dict[str, str] = field(default_factory=dict)
     flag: int = 0
+    # the properties as the sender wrote them (decoded entries only): a Java broker
+    # stores that text verbatim, followed by the batch's own properties
+    properties_text: str | None = field(default=None, compare=False, repr=False)
 
 
 def encode_batch(entries: Iterable[BatchEntry]) -> bytes:
@@ -359,12 +362,13 @@ def iter_batch(buf: bytes | memoryview) -> Iterator[BatchEntry]:
             p += 2
             if props_len < 0 or p + props_len != pos + size:
                 raise MessageFormatError(f"batch entry properties length {props_len} is wrong")
-            props = decode_properties(bytes(buf[p : p + props_len]).decode("utf-8"))
+            props_text = bytes(buf[p : p + props_len]).decode("utf-8")
+            props = decode_properties(props_text)
         except struct.error as exc:
             raise MessageFormatError(f"truncated batch entry at {pos}: {exc}") from None
         except UnicodeDecodeError as exc:
             raise MessageFormatError(f"batch entry properties are not UTF-8: {exc}") from None
-        yield BatchEntry(body=body, properties=props, flag=flag)
+        yield BatchEntry(body=body, properties=props, flag=flag, properties_text=props_text)
         pos += size
 
 

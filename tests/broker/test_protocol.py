@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import struct
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ from idemp.remoting import (
     RemotingCommand,
     RequestCode,
     SerializeType,
+    decode_message,
     decode_messages,
     decode_properties,
     encode_properties,
@@ -843,3 +845,44 @@ def test_request_reply_pushes_the_reply_to_the_requester_then_stores_it(
         refused = resp.wait_response(cmd.opaque)
         assert (refused.code, refused.remark) == (1, f"push reply message to {requester_id}fail.")
         assert resp.max_offset(reply_topic) == before + 4
+
+
+def test_batch_entries_are_stored_with_their_own_text_then_the_batchs(
+    broker: BrokerProcess,
+) -> None:
+    """CommitLog.MessageExtBatchEncoder, seen with the Java client against RocketMQ
+    4.9.7: each entry's properties are stored as the sender wrote them (WAIT included),
+    then a separator unless the text ends in one (the C++ form does), then the batch's
+    own properties with CLUSTER; so a record is as long as RocketMQ's."""
+
+    def entry(body: bytes, text: str) -> bytes:
+        props = text.encode()
+        size = 20 + len(body) + 2 + len(props)
+        return (
+            struct.pack(">iiiii", size, 0, 0, 0, len(body))
+            + body
+            + struct.pack(">h", len(props))
+            + props
+        )
+
+    java_text = "u\x01v0\x02KEYS\x01k0\x02UNIQ_KEY\x01U-J\x02WAIT\x01true"
+    cpp_text = "KEYS\x01k1\x02UNIQ_KEY\x01U-C\x02"
+    outer = "WAIT\x01true\x02CLUSTER\x01DefaultCluster"
+    with RawClient(broker.broker_addr) as c:
+        assert c.create_topic("TopicBatchText", 1).code == 0
+        ext = _v2_ext("TopicBatchText", 0, {"WAIT": "true"}, m="true")
+        body = entry(b"j", java_text) + entry(b"c", cpp_text)
+        assert c.request(RequestCode.SEND_BATCH_MESSAGE, ext, body).code == 0
+        raw = c.pull("TopicBatchText", 0, 0).body
+        first, end = decode_message(raw)
+        records = [raw[:end], raw[end:]]
+        for rec, text in zip(records, [java_text + "\x02" + outer, cpp_text + outer]):
+            stored = text.encode()
+            assert rec.endswith(struct.pack(">h", len(stored)) + stored)
+        assert first.properties == {
+            "u": "v0",
+            "KEYS": "k0",
+            "UNIQ_KEY": "U-J",
+            "WAIT": "true",
+            "CLUSTER": "DefaultCluster",
+        }
