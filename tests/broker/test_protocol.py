@@ -886,3 +886,33 @@ def test_batch_entries_are_stored_with_their_own_text_then_the_batchs(
             "WAIT": "true",
             "CLUSTER": "DefaultCluster",
         }
+
+
+def test_a_retry_send_past_its_attempts_reaches_the_dlq_after_its_own_delay(
+    broker: BrokerProcess,
+) -> None:
+    """The Java orderly consumer's send-back at its last attempt is a plain send to
+    %RETRY%<group> with DELAY = 3 + attempts. RocketMQ 4.9.7 routes it to the DLQ but
+    then restores the request's properties, so the DELAY stands: seen against RocketMQ,
+    the message sat in SCHEDULE_TOPIC_XXXX's level-5 queue for a minute before it reached
+    %DLQ%<group>. Here level 1 (1 s) keeps the test short."""
+    group = "G_RETRY_TO_DLQ"
+    retry, dlq = f"%RETRY%{group}", f"%DLQ%{group}"
+    over = {"reconsumeTimes": 2, "maxReconsumeTimes": 2}
+    with RawClient(broker.broker_addr) as c:
+        sent = c.send_message(retry, b"late", {"DELAY": "1", "UNIQ_KEY": "U-DLQ-1"}, extra=over)
+        assert sent.code == 0, sent.remark
+        assert c.max_offset(dlq) == 0
+        held = [m for m in c.pull_messages("SCHEDULE_TOPIC_XXXX", 0) if m.uniq_key == "U-DLQ-1"]
+        assert [(m.properties["REAL_TOPIC"], m.properties["REAL_QID"]) for m in held] == [
+            (dlq, "0")
+        ]
+        deadline = time.monotonic() + 10
+        while c.max_offset(dlq) < 1:
+            assert time.monotonic() < deadline, "the delayed message never reached the DLQ"
+            time.sleep(0.05)  # polling the DLQ's queue; bounded by the deadline
+        (dead,) = c.pull_messages(dlq)
+        assert (dead.body, dead.reconsume_times) == (b"late", 2)
+        # without a delay it is stored in the DLQ at once
+        plain = c.send_message(retry, b"now", {"UNIQ_KEY": "U-DLQ-2"}, extra=over)
+        assert plain.code == 0 and c.max_offset(dlq) == 2
