@@ -1,0 +1,288 @@
+import java.util.*;
+import java.util.concurrent.*;
+import java.util.concurrent.atomic.*;
+import org.apache.rocketmq.client.consumer.*;
+import org.apache.rocketmq.client.consumer.listener.*;
+import org.apache.rocketmq.client.producer.*;
+import org.apache.rocketmq.client.utils.MessageUtil;
+import org.apache.rocketmq.client.QueryResult;
+import org.apache.rocketmq.common.message.*;
+import org.apache.rocketmq.common.protocol.heartbeat.MessageModel;
+import org.apache.rocketmq.common.consumer.ConsumeFromWhere;
+
+/** The Java client's features beyond plain push and send, one line each ("FEAT name = outcome"),
+ *  normalised (no addresses, timings or queue picks) so that a run against idemp's broker can be
+ *  compared with the outcomes seen against RocketMQ 4.9.7 (interop/features.expected).
+ *  Usage: Features namesrv [runId [feature,feature...]] */
+public class Features {
+    static String ns, run;
+    static void out(String k, Object v) { System.out.println("FEAT " + k + " = " + v); System.out.flush(); }
+    static DefaultMQProducer producer(String g) throws Exception {
+        DefaultMQProducer p = new DefaultMQProducer(g + run); p.setNamesrvAddr(ns); p.setInstanceName(g + run); p.start(); return p;
+    }
+    static DefaultMQPushConsumer push(String g, String topic, String sub) throws Exception {
+        DefaultMQPushConsumer c = new DefaultMQPushConsumer(g + run); c.setNamesrvAddr(ns); c.setInstanceName(g + run);
+        c.subscribe(topic, sub); c.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET); return c;
+    }
+    static void waitFor(java.util.function.BooleanSupplier f, long ms) throws Exception {
+        long end = System.currentTimeMillis() + ms; while (!f.getAsBoolean() && System.currentTimeMillis() < end) Thread.sleep(50);
+    }
+    static String r0(DefaultMQProducer p, String topic) throws Exception { return p.send(new Message(topic, "w", "w".getBytes()), new MessageQueue(topic, "broker-a", 1)).getMessageQueue().getBrokerName(); }
+    static String err(Throwable t) { String m = t.getClass().getSimpleName() + ": " + t.getMessage(); return m.split("\n")[0].replaceAll("\\d{8,}", "N").replaceAll("cost \\[\\d+\\]ms", "cost [N]ms"); }
+
+    public static void main(String[] a) throws Exception {
+        ns = a[0]; run = a.length > 1 ? a[1] : Long.toString(System.currentTimeMillis() % 100000);
+        String only = a.length > 2 ? a[2] : "";
+        DefaultMQProducer p = producer("PF");
+        String[] feats = {"async", "oneway", "tags", "sql", "delay", "props", "compress", "pull", "lite", "liteassign", "broadcast", "retry", "query", "badqueue", "reply", "trace", "tx", "dlq", "batchprops", "delaymax", "readonly", "orderlysuspend", "createtopic", "nosuch", "pull64", "fromts"};
+        for (String f : feats) {
+            if (!only.isEmpty() && !Arrays.asList(only.split(",")).contains(f)) continue;
+            try { feature(f, p); } catch (Throwable t) { out(f, "EXC " + err(t)); }
+        }
+        p.shutdown();
+        System.exit(0);
+    }
+
+    static void feature(String f, DefaultMQProducer p) throws Exception {
+        String topic = "TF_" + f + run;
+        switch (f) {
+        case "async": {
+            CountDownLatch l = new CountDownLatch(5); AtomicInteger ok = new AtomicInteger();
+            for (int i = 0; i < 5; i++) p.send(new Message(topic, "a", ("x" + i).getBytes()), new SendCallback() {
+                public void onSuccess(SendResult r) { if (r.getSendStatus() == SendStatus.SEND_OK) ok.incrementAndGet(); l.countDown(); }
+                public void onException(Throwable e) { out("async.err", err(e)); l.countDown(); } });
+            l.await(10, TimeUnit.SECONDS); out(f, ok.get() + "/5"); break; }
+        case "oneway": {
+            p.send(new Message(topic, "a", "warm".getBytes()));
+            for (int i = 0; i < 5; i++) p.sendOneway(new Message(topic, "a", ("x" + i).getBytes()));
+            DefaultMQPushConsumer c = push("CF_" + f, topic, "*"); AtomicInteger n = new AtomicInteger();
+            c.registerMessageListener((MessageListenerConcurrently) (ms, ctx) -> { n.addAndGet(ms.size()); return ConsumeConcurrentlyStatus.CONSUME_SUCCESS; });
+            c.start(); waitFor(() -> n.get() >= 6, 20000); Thread.sleep(500); c.shutdown(); out(f, n.get()); break; }
+        case "tags": {
+            for (String t : new String[]{"TagA", "TagB", "TagC", "TagA", "TagB", "TagC"}) p.send(new Message(topic, t, t.getBytes()));
+            DefaultMQPushConsumer c = push("CF_" + f, topic, "TagA || TagC"); List<String> got = Collections.synchronizedList(new ArrayList<>());
+            c.registerMessageListener((MessageListenerConcurrently) (ms, ctx) -> { for (MessageExt m : ms) got.add(m.getTags()); return ConsumeConcurrentlyStatus.CONSUME_SUCCESS; });
+            c.start(); waitFor(() -> got.size() >= 4, 20000); Thread.sleep(1000); c.shutdown(); List<String> s = new ArrayList<>(got); Collections.sort(s); out(f, s); break; }
+        case "sql": {
+            p.send(new Message(topic, "a", "x".getBytes()));
+            DefaultMQPushConsumer c = new DefaultMQPushConsumer("CF_sql" + run); c.setNamesrvAddr(ns); c.setInstanceName("CF_sql" + run);
+            c.subscribe(topic, MessageSelector.bySql("a > 5"));
+            c.registerMessageListener((MessageListenerConcurrently) (ms, ctx) -> ConsumeConcurrentlyStatus.CONSUME_SUCCESS);
+            try { c.start(); out(f, "started"); } catch (Throwable t) { out(f, "start failed: " + err(t)); }
+            c.shutdown(); break; }
+        case "delay": {
+            Message m = new Message(topic, "a", "d".getBytes()); m.setDelayTimeLevel(2);
+            long sent = System.currentTimeMillis(); SendResult r = p.send(m);
+            DefaultMQPushConsumer c = push("CF_" + f, topic, "*"); AtomicLong at = new AtomicLong(); AtomicReference<String> info = new AtomicReference<>();
+            c.registerMessageListener((MessageListenerConcurrently) (ms, ctx) -> { long now = System.currentTimeMillis();
+                MessageExt x = ms.get(0); info.set("topic=" + x.getTopic() + " REAL_TOPIC=" + x.getProperty("REAL_TOPIC") + " DELAY=" + x.getProperty("DELAY") + " sameQueue=" + (x.getQueueId() == r.getMessageQueue().getQueueId()) + " msgIdEqual=" + x.getMsgId().equals(r.getMsgId()));
+                at.set(now); return ConsumeConcurrentlyStatus.CONSUME_SUCCESS; });
+            c.start(); waitFor(() -> at.get() > 0, 30000); c.shutdown();
+            long d = at.get() - sent; out(f, "delivered after>=4.5s:" + (d >= 4500) + " <9s:" + (d < 9000) + " " + info.get()); break; }
+        case "props": {
+            Message m = new Message(topic, "TagP", "k1 k2", "body".getBytes()); m.putUserProperty("uk", "välue=1;x"); m.putUserProperty("n", "2");
+            SendResult r = p.send(m);
+            DefaultMQPushConsumer c = push("CF_" + f, topic, "*"); AtomicReference<MessageExt> got = new AtomicReference<>();
+            c.registerMessageListener((MessageListenerConcurrently) (ms, ctx) -> { got.set(ms.get(0)); return ConsumeConcurrentlyStatus.CONSUME_SUCCESS; });
+            c.start(); waitFor(() -> got.get() != null, 20000); c.shutdown();
+            MessageExt x = got.get(); TreeMap<String, String> props = new TreeMap<>(x.getProperties());
+            props.remove("UNIQ_KEY"); props.remove("MIN_OFFSET"); props.remove("MAX_OFFSET"); props.remove("CONSUME_START_TIME");
+            out(f, props + " keys=" + x.getKeys() + " tags=" + x.getTags() + " offsetMsgIdEq=" + r.getOffsetMsgId().equals(((MessageClientExt) x).getOffsetMsgId())
+                + " sysFlag=" + x.getSysFlag() + " reconsume=" + x.getReconsumeTimes() + " flag=" + x.getFlag() + " bodyCRC=" + x.getBodyCRC() + " storeSize=" + x.getStoreSize()
+                + " bornHostOk=" + (x.getBornHost() != null) + " prepOff=" + x.getPreparedTransactionOffset());
+            break; }
+        case "compress": {
+            StringBuilder sb = new StringBuilder(); for (int i = 0; i < 3000; i++) sb.append("hello ").append(i % 10); String body = sb.toString();
+            p.send(new Message(topic, "a", body.getBytes()));
+            DefaultMQPushConsumer c = push("CF_" + f, topic, "*"); AtomicReference<MessageExt> got = new AtomicReference<>();
+            c.registerMessageListener((MessageListenerConcurrently) (ms, ctx) -> { got.set(ms.get(0)); return ConsumeConcurrentlyStatus.CONSUME_SUCCESS; });
+            c.start(); waitFor(() -> got.get() != null, 20000); c.shutdown();
+            out(f, "equal=" + body.equals(new String(got.get().getBody())) + " sysFlag=" + got.get().getSysFlag()); break; }
+        case "pull": {
+            MessageQueue mq = null;
+            for (int i = 0; i < 6; i++) { SendResult r = p.send(new Message(topic, i % 2 == 0 ? "even" : "odd", ("x" + i).getBytes())); mq = r.getMessageQueue(); }
+            DefaultMQPullConsumer c = new DefaultMQPullConsumer("CF_pull" + run); c.setNamesrvAddr(ns); c.setInstanceName("CF_pull" + run); c.start();
+            Set<MessageQueue> mqs = c.fetchSubscribeMessageQueues(topic);
+            StringBuilder sb = new StringBuilder("queues=" + mqs.size());
+            int total = 0, even = 0;
+            for (MessageQueue q : new TreeSet<>(mqs)) {
+                PullResult r = c.pull(q, "*", 0, 32); if (r.getMsgFoundList() != null) total += r.getMsgFoundList().size();
+                PullResult e = c.pull(q, "even", 0, 32); if (e.getMsgFoundList() != null) even += e.getMsgFoundList().size();
+                sb.append(" q").append(q.getQueueId()).append(":").append(r.getPullStatus()).append("/").append(r.getNextBeginOffset()).append("/").append(r.getMinOffset()).append("/").append(r.getMaxOffset());
+            }
+            PullResult at = c.pull(mq, "*", c.maxOffset(mq), 32);
+            PullResult beyond = c.pull(mq, "*", c.maxOffset(mq) + 5, 32);
+            PullResult odd = c.pull(mq, "even", 0, 32);
+            c.updateConsumeOffset(mq, 1); long fetched = c.fetchConsumeOffset(mq, false);
+            long fromStore = c.fetchConsumeOffset(mq, true);
+            out(f, "queues=" + mqs.size() + " total=" + total + " even=" + even + " atMax=" + at.getPullStatus() + " beyond=" + beyond.getPullStatus()
+                + " nextAtMax=" + (at.getNextBeginOffset() == beyond.getNextBeginOffset()) + " filtered=" + odd.getPullStatus() + " fetchMem=" + fetched + " fetchStore=" + fromStore);
+            c.shutdown(); break; }
+        case "lite": {
+            for (int i = 0; i < 8; i++) p.send(new Message(topic, "a", ("x" + i).getBytes()));
+            DefaultLitePullConsumer c = new DefaultLitePullConsumer("CF_lite" + run); c.setNamesrvAddr(ns); c.setInstanceName("CF_lite" + run);
+            c.subscribe(topic, "*"); c.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET); c.start();
+            int n = 0; long end = System.currentTimeMillis() + 20000;
+            while (n < 8 && System.currentTimeMillis() < end) n += c.poll(1000).size();
+            c.commitSync(); Thread.sleep(200); c.shutdown(); out(f, n); break; }
+        case "liteassign": {
+            for (int i = 0; i < 8; i++) p.send(new Message(topic, "a", ("x" + i).getBytes()));
+            DefaultLitePullConsumer c = new DefaultLitePullConsumer("CF_litea" + run); c.setNamesrvAddr(ns); c.setInstanceName("CF_litea" + run); c.start();
+            List<MessageQueue> mqs = new ArrayList<>(c.fetchMessageQueues(topic)); Collections.sort(mqs);
+            c.assign(mqs); for (MessageQueue q : mqs) c.seek(q, 1);
+            int n = 0; long end = System.currentTimeMillis() + 20000;
+            while (n < 4 && System.currentTimeMillis() < end) n += c.poll(1000).size();
+            long committed = c.committed(mqs.get(0));
+            c.seekToBegin(mqs.get(0)); int again = 0; end = System.currentTimeMillis() + 5000;
+            while (again < 1 && System.currentTimeMillis() < end) again += c.poll(500).size();
+            c.shutdown(); out(f, "queues=" + mqs.size() + " fromOffset1=" + n + " again>=1:" + (again >= 1)); break; }
+        case "broadcast": {
+            for (int i = 0; i < 4; i++) p.send(new Message(topic, "a", ("x" + i).getBytes()));
+            AtomicInteger n1 = new AtomicInteger(), n2 = new AtomicInteger();
+            DefaultMQPushConsumer c1 = push("CF_bc", topic, "*"); c1.setInstanceName("bc1" + run); c1.setMessageModel(MessageModel.BROADCASTING);
+            DefaultMQPushConsumer c2 = push("CF_bc", topic, "*"); c2.setInstanceName("bc2" + run); c2.setMessageModel(MessageModel.BROADCASTING);
+            c1.registerMessageListener((MessageListenerConcurrently) (ms, ctx) -> { n1.addAndGet(ms.size()); return ConsumeConcurrentlyStatus.CONSUME_SUCCESS; });
+            c2.registerMessageListener((MessageListenerConcurrently) (ms, ctx) -> { n2.addAndGet(ms.size()); return ConsumeConcurrentlyStatus.CONSUME_SUCCESS; });
+            c1.start(); c2.start(); waitFor(() -> n1.get() >= 4 && n2.get() >= 4, 20000); Thread.sleep(500); c1.shutdown(); c2.shutdown();
+            out(f, n1.get() + "," + n2.get()); break; }
+        case "retry": {
+            p.send(new Message(topic, "a", "r".getBytes()));
+            DefaultMQPushConsumer c = push("CF_" + f, topic, "*"); List<String> seen = Collections.synchronizedList(new ArrayList<>()); AtomicLong first = new AtomicLong();
+            c.registerMessageListener((MessageListenerConcurrently) (ms, ctx) -> { MessageExt m = ms.get(0);
+                long now = System.currentTimeMillis(); if (first.get() == 0) first.set(now);
+                seen.add("rt=" + m.getReconsumeTimes() + " topic=" + m.getTopic() + " RETRY_TOPIC=" + m.getProperty("RETRY_TOPIC") + " ORIGIN=" + (m.getProperty("ORIGIN_MESSAGE_ID") != null) + " dt>=9s:" + (now - first.get() >= 9000));
+                return m.getReconsumeTimes() == 0 ? ConsumeConcurrentlyStatus.RECONSUME_LATER : ConsumeConcurrentlyStatus.CONSUME_SUCCESS; });
+            c.start(); waitFor(() -> seen.size() >= 2, 40000); c.shutdown(); out(f, seen); break; }
+        case "dlq": {
+            p.send(new Message(topic, "a", "d".getBytes()));
+            DefaultMQPushConsumer c = push("CF_" + f, topic, "*"); c.setMaxReconsumeTimes(1); AtomicInteger n = new AtomicInteger();
+            c.registerMessageListener((MessageListenerConcurrently) (ms, ctx) -> { n.incrementAndGet(); return ConsumeConcurrentlyStatus.RECONSUME_LATER; });
+            c.start(); waitFor(() -> n.get() >= 2, 40000); Thread.sleep(3000); c.shutdown();
+            DefaultMQPullConsumer pc = new DefaultMQPullConsumer("CF_dlqr" + run); pc.setNamesrvAddr(ns); pc.setInstanceName("CF_dlqr" + run); pc.start();
+            String dlq = "%DLQ%CF_dlq" + run; String res;
+            try { Set<MessageQueue> mqs = pc.fetchSubscribeMessageQueues(dlq); MessageQueue q = mqs.iterator().next();
+                PullResult r = pc.pull(q, "*", 0, 32); res = "queues=" + mqs.size() + " pull=" + r.getPullStatus() + " n=" + (r.getMsgFoundList() == null ? 0 : r.getMsgFoundList().size());
+                if (r.getMsgFoundList() != null) { MessageExt m = r.getMsgFoundList().get(0); res += " rt=" + m.getReconsumeTimes() + " RETRY_TOPIC=" + m.getProperty("RETRY_TOPIC") + " tags=" + m.getTags(); }
+            } catch (Throwable t) { res = "EXC " + err(t); }
+            pc.shutdown(); out(f, "deliveries=" + n.get() + " " + res); break; }
+        case "query": {
+            Message m = new Message(topic, "a", "qkey" + run, "q".getBytes()); long before = System.currentTimeMillis(); SendResult r = p.send(m);
+            Thread.sleep(1200);
+            MessageExt v = p.viewMessage(r.getOffsetMsgId());
+            QueryResult qr = p.queryMessage(topic, "qkey" + run, 32, before - 10000, System.currentTimeMillis() + 10000);
+            MessageExt byUniq = p.viewMessage(topic, r.getMsgId());
+            MessageQueue mq = r.getMessageQueue();
+            out(f, "view=" + new String(v.getBody()) + " query=" + qr.getMessageList().size() + " byUniq=" + new String(byUniq.getBody())
+                + " max=" + p.maxOffset(mq) + " min=" + p.minOffset(mq) + " search(before)=" + p.searchOffset(mq, before - 5000)
+                + " search(after)=" + p.searchOffset(mq, System.currentTimeMillis() + 5000) + " earliestOk=" + (Math.abs(p.earliestMsgStoreTime(mq) - before) < 5000));
+            break; }
+        case "badqueue": {
+            p.send(new Message(topic, "a", "w".getBytes()));
+            try { SendResult r = p.send(new Message(topic, "a", "x".getBytes()), new MessageQueue(topic, "broker-a", 99)); out(f, r.getSendStatus() + " q=" + r.getMessageQueue().getQueueId()); }
+            catch (Throwable t) { out(f, err(t).replaceAll("\\d+\\.\\d+\\.\\d+\\.\\d+:\\d+", "ADDR")); }
+            break; }
+        case "reply": {
+            DefaultMQProducer rp = producer("PF_reply");
+            p.send(new Message(topic, "a", "warm0".getBytes()));
+            DefaultMQPushConsumer c = push("CF_" + f, topic, "*");
+            c.registerMessageListener((MessageListenerConcurrently) (ms, ctx) -> {
+                for (MessageExt m : ms) try { Message reply = MessageUtil.createReplyMessage(m, ("re:" + new String(m.getBody())).getBytes());
+                    rp.send(reply); } catch (Throwable t) { /* the warm-up messages carry no REPLY_TO_CLIENT: refused */ }
+                return ConsumeConcurrentlyStatus.CONSUME_SUCCESS; });
+            c.start();
+            p.send(new Message(topic, "a", "warm".getBytes()));
+            Thread.sleep(2000);
+            try { Message r = p.request(new Message(topic, "a", "ping".getBytes()), 8000);
+                out(f, new String(r.getBody()) + " topic=" + r.getTopic() + " MSG_TYPE=" + r.getProperty("MSG_TYPE"));
+            } catch (Throwable t) { out(f, "EXC " + err(t)); }
+            c.shutdown(); rp.shutdown(); break; }
+        case "trace": {
+            DefaultMQProducer tp = new DefaultMQProducer("PF_trace" + run, true); tp.setNamesrvAddr(ns); tp.setInstanceName("PF_trace" + run); tp.start();
+            tp.send(new Message(topic, "a", "tkey" + run, "t".getBytes())); Thread.sleep(3000); tp.shutdown();
+            DefaultMQPullConsumer pc = new DefaultMQPullConsumer("CF_trace" + run); pc.setNamesrvAddr(ns); pc.setInstanceName("CF_trace" + run); pc.start();
+            int hits = 0; String sample = "";
+            for (MessageQueue q : pc.fetchSubscribeMessageQueues("RMQ_SYS_TRACE_TOPIC")) {
+                PullResult r = pc.pull(q, "*", 0, 32);
+                if (r.getMsgFoundList() != null) for (MessageExt m : r.getMsgFoundList()) { String b = new String(m.getBody()); if (b.contains("tkey" + run)) { hits++; sample = b.substring(0, 3) + " keys=" + m.getKeys().contains("tkey" + run); } }
+            }
+            pc.shutdown(); out(f, "traceMsgs=" + hits + " " + sample); break; }
+        case "batchprops": {
+            List<Message> batch = new ArrayList<>();
+            for (int i = 0; i < 2; i++) { Message m = new Message(topic, "TB", "bk" + i, ("b" + i).getBytes()); m.putUserProperty("u", "v" + i); batch.add(m); }
+            SendResult r = p.send(batch, new MessageQueue(topic, r0(p, topic), 0));
+            DefaultMQPullConsumer c = new DefaultMQPullConsumer("CF_bp" + run); c.setNamesrvAddr(ns); c.setInstanceName("CF_bp" + run); c.start();
+            PullResult pr = c.pull(r.getMessageQueue(), "*", 0, 32);
+            StringBuilder sb = new StringBuilder();
+            for (MessageExt m : pr.getMsgFoundList()) { TreeMap<String, String> pp = new TreeMap<>(m.getProperties()); pp.remove("UNIQ_KEY"); pp.remove("MIN_OFFSET"); pp.remove("MAX_OFFSET");
+                sb.append(" [size=").append(m.getStoreSize()).append(" props=").append(pp).append(" sys=").append(m.getSysFlag()).append("]"); }
+            c.shutdown(); out(f, pr.getPullStatus() + sb.toString()); break; }
+        case "delaymax": {
+            Message m = new Message(topic, "a", "d".getBytes()); m.setDelayTimeLevel(25);
+            SendResult r = p.send(m);
+            DefaultMQPullConsumer c = new DefaultMQPullConsumer("CF_dm" + run); c.setNamesrvAddr(ns); c.setInstanceName("CF_dm" + run); c.start();
+            String res = "";
+            for (MessageQueue q : c.fetchSubscribeMessageQueues("SCHEDULE_TOPIC_XXXX")) {
+                if (q.getQueueId() < 17) continue;
+                PullResult pr = c.pull(q, "*", 0, 32);
+                if (pr.getMsgFoundList() != null) for (MessageExt x : pr.getMsgFoundList()) if (x.getProperty("REAL_TOPIC").equals(topic)) res += "q" + q.getQueueId() + " DELAY=" + x.getProperty("DELAY") + " ";
+            }
+            c.shutdown(); out(f, res + "status=" + r.getSendStatus()); break; }
+        case "readonly": {
+            p.send(new Message(topic, "a", "w".getBytes()));
+            org.apache.rocketmq.tools.admin.DefaultMQAdminExt admin = new org.apache.rocketmq.tools.admin.DefaultMQAdminExt(); admin.setNamesrvAddr(ns); admin.setInstanceName("adm" + run); admin.start();
+            org.apache.rocketmq.common.TopicConfig tc = new org.apache.rocketmq.common.TopicConfig(topic, 4, 4, 4);
+            String addr = admin.examineTopicRouteInfo(topic).getBrokerDatas().get(0).selectBrokerAddr();
+            admin.createAndUpdateTopicConfig(addr, tc); admin.shutdown();
+            Thread.sleep(500);
+            try { SendResult r = p.send(new Message(topic, "a", "x".getBytes()), new MessageQueue(topic, "broker-a", 0)); out(f, r.getSendStatus()); } catch (Throwable t) { out(f, err(t).replaceAll("\\d+\\.\\d+\\.\\d+\\.\\d+:\\d+", "ADDR")); }
+            break; }
+        case "orderlysuspend": {
+            MessageQueue mq0 = null;
+            for (int i = 0; i < 3; i++) mq0 = p.send(new Message(topic, "a", ("o" + i).getBytes()), (mqs, m, arg) -> mqs.get(0), null).getMessageQueue();
+            DefaultMQPushConsumer c = push("CF_" + f, topic, "*"); c.setSuspendCurrentQueueTimeMillis(200); c.setMaxReconsumeTimes(2);
+            List<String> seen = Collections.synchronizedList(new ArrayList<>());
+            c.registerMessageListener((MessageListenerOrderly) (ms, ctx) -> { MessageExt m = ms.get(0); String b = new String(m.getBody()); seen.add(b + ":" + m.getReconsumeTimes());
+                return b.equals("o1") ? ConsumeOrderlyStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT : ConsumeOrderlyStatus.SUCCESS; });
+            c.start(); waitFor(() -> seen.contains("o2:0"), 30000); Thread.sleep(1500); c.shutdown();
+            out(f, seen.toString()); break; }
+        case "createtopic": {
+            p.createTopic("TBW102", topic, 3);
+            Thread.sleep(500);
+            DefaultMQPullConsumer c = new DefaultMQPullConsumer("CF_ct" + run); c.setNamesrvAddr(ns); c.setInstanceName("CF_ct" + run); c.start();
+            Set<MessageQueue> mqs = c.fetchSubscribeMessageQueues(topic); c.shutdown(); out(f, mqs.size()); break; }
+        case "nosuch": {
+            DefaultMQPullConsumer c = new DefaultMQPullConsumer("CF_ns" + run); c.setNamesrvAddr(ns); c.setInstanceName("CF_ns" + run); c.start();
+            try { out(f, c.fetchSubscribeMessageQueues("NoSuch" + run).size()); } catch (Throwable t) { out(f, err(t)); }
+            c.shutdown(); break; }
+        case "pull64": {
+            List<Message> batch = new ArrayList<>(); for (int i = 0; i < 70; i++) batch.add(new Message(topic, "a", ("x" + i).getBytes()));
+            SendResult r = p.send(batch, new MessageQueue(topic, r0(p, topic), 0));
+            DefaultMQPullConsumer c = new DefaultMQPullConsumer("CF_p64" + run); c.setNamesrvAddr(ns); c.setInstanceName("CF_p64" + run); c.start();
+            PullResult pr = c.pull(r.getMessageQueue(), "*", 0, 64); c.shutdown(); out(f, pr.getPullStatus() + " n=" + pr.getMsgFoundList().size() + " next=" + pr.getNextBeginOffset()); break; }
+        case "fromts": {
+            for (int i = 0; i < 3; i++) p.send(new Message(topic, "a", ("old" + i).getBytes()));
+            Thread.sleep(1500); long ts = System.currentTimeMillis(); Thread.sleep(500);
+            for (int i = 0; i < 2; i++) p.send(new Message(topic, "a", ("new" + i).getBytes()));
+            DefaultMQPushConsumer c = push("CF_" + f, topic, "*"); c.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_TIMESTAMP);
+            c.setConsumeTimestamp(org.apache.rocketmq.common.UtilAll.timeMillisToHumanString3(ts));
+            List<String> got = Collections.synchronizedList(new ArrayList<>());
+            c.registerMessageListener((MessageListenerConcurrently) (ms, ctx) -> { for (MessageExt m : ms) got.add(new String(m.getBody())); return ConsumeConcurrentlyStatus.CONSUME_SUCCESS; });
+            c.start(); waitFor(() -> got.size() >= 2, 20000); Thread.sleep(1000); c.shutdown(); List<String> g = new ArrayList<>(got); Collections.sort(g); out(f, g); break; }
+        case "tx": {
+            TransactionMQProducer tp = new TransactionMQProducer("PF_tx" + run); tp.setNamesrvAddr(ns); tp.setInstanceName("PF_tx" + run);
+            List<String> checks = Collections.synchronizedList(new ArrayList<>());
+            tp.setTransactionListener(new TransactionListener() {
+                public LocalTransactionState executeLocalTransaction(Message m, Object arg) {
+                    String b = new String(m.getBody()); return b.equals("commit") ? LocalTransactionState.COMMIT_MESSAGE : b.equals("rollback") ? LocalTransactionState.ROLLBACK_MESSAGE : LocalTransactionState.UNKNOW; }
+                public LocalTransactionState checkLocalTransaction(MessageExt m) { checks.add(new String(m.getBody()) + ":" + m.getProperty("TRANSACTION_CHECK_TIMES")); return LocalTransactionState.COMMIT_MESSAGE; } });
+            tp.start();
+            List<String> st = new ArrayList<>();
+            for (String b : new String[]{"commit", "rollback", "unknown"}) st.add(tp.sendMessageInTransaction(new Message(topic, "a", b.getBytes()), null).getLocalTransactionState().toString());
+            DefaultMQPushConsumer c = push("CF_" + f, topic, "*"); List<String> got = Collections.synchronizedList(new ArrayList<>());
+            c.registerMessageListener((MessageListenerConcurrently) (ms, ctx) -> { for (MessageExt m : ms) got.add(new String(m.getBody()) + "/TRAN_MSG=" + m.getProperty("TRAN_MSG") + "/PGROUP=" + (m.getProperty("PGROUP") != null) + "/sys=" + m.getSysFlag()); return ConsumeConcurrentlyStatus.CONSUME_SUCCESS; });
+            c.start(); waitFor(() -> got.size() >= 2, 60000); Thread.sleep(2000); c.shutdown(); tp.shutdown();
+            List<String> g = new ArrayList<>(got); Collections.sort(g);
+            out(f, "states=" + st + " got=" + g + " checks=" + new ArrayList<>(checks)); break; }
+        }
+    }
+}
