@@ -133,6 +133,17 @@ def msg_check(
     return tcfg, queue_id
 
 
+def illegal(server: Broker, request: RemotingCommand) -> RemotingCommand:
+    """SendMessageProcessor's one answer for a body over maxMessageSize or properties
+    over 32767 (the store's MESSAGE_ILLEGAL and PROPERTIES_SIZE_EXCEEDED alike)."""
+    return request.response(
+        ResponseCode.MESSAGE_ILLEGAL,
+        "the message is illegal, maybe msg body or properties length not matched. "
+        f"msg body length limit {server.config.maxMessageSize}B, "
+        "msg properties length limit 32KB.",
+    )
+
+
 def send_message(server: Broker, conn: Peer, request: RemotingCommand) -> HandlerResult:
     cmd = v1_header(request)
     cmd.require(*REQUIRED_FIELDS)
@@ -145,16 +156,12 @@ def send_message(server: Broker, conn: Peer, request: RemotingCommand) -> Handle
     tcfg, queue_id = checked
     if queue_id < 0:
         queue_id = random.randrange(max(tcfg.writeQueueNums, 1))
-    if len(cmd.body) > server.config.maxMessageSize:
-        return request.response(
-            ResponseCode.MESSAGE_ILLEGAL,
-            f"the message body size over max value, MAX: {server.config.maxMessageSize}",
-        )
     props_text = cmd.ext_fields.get("properties", "")
-    if len(props_text.encode("utf-8")) > MAX_PROPERTIES:
-        return request.response(
-            ResponseCode.MESSAGE_ILLEGAL, f"the message properties length over {MAX_PROPERTIES}"
-        )
+    if (
+        len(cmd.body) > server.config.maxMessageSize
+        or len(props_text.encode("utf-8")) > MAX_PROPERTIES
+    ):  # the stored text is longer still (CLUSTER added, WAIT dropped)
+        return illegal(server, request)
     properties = decode_properties(props_text)
     properties[Prop.CLUSTER] = server.config.brokerClusterName
     base = MessageExt(
@@ -206,8 +213,8 @@ def send_message(server: Broker, conn: Peer, request: RemotingCommand) -> Handle
         keep_wait = True
     try:
         result = store.put(base, keep_wait=keep_wait)
-    except MessageFormatError as exc:
-        return request.response(ResponseCode.MESSAGE_ILLEGAL, str(exc))
+    except MessageFormatError:
+        return illegal(server, request)
     count_put(server, topic, 1, len(base.body))
     response = request.response(
         ResponseCode.SUCCESS,
@@ -289,8 +296,8 @@ def _send_batch(
         )
         try:
             result = store.put(msg, keep_wait=True, properties_text=inner_text + sep + outer_text)
-        except MessageFormatError as exc:
-            return request.response(ResponseCode.MESSAGE_ILLEGAL, str(exc))
+        except MessageFormatError:
+            return illegal(server, request)
         if first_offset < 0:
             first_offset = result.queue_offset
         ids.append(offset_msg_id(store.store_host, result.commit_log_offset))

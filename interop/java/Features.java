@@ -34,7 +34,7 @@ public class Features {
         ns = a[0]; run = a.length > 1 ? a[1] : Long.toString(System.currentTimeMillis() % 100000);
         String only = a.length > 2 ? a[2] : "";
         DefaultMQProducer p = producer("PF");
-        String[] feats = {"async", "oneway", "tags", "sql", "delay", "props", "compress", "pull", "lite", "liteassign", "broadcast", "retry", "query", "badqueue", "reply", "trace", "tx", "dlq", "batchprops", "delaymax", "readonly", "orderlysuspend", "createtopic", "nosuch", "pull64", "fromts"};
+        String[] feats = {"async", "oneway", "tags", "sql", "delay", "props", "compress", "pull", "lite", "liteassign", "broadcast", "retry", "query", "badqueue", "reply", "trace", "tx", "dlq", "batchprops", "delaymax", "readonly", "orderlysuspend", "createtopic", "nosuch", "pull64", "fromts", "namespace", "delaynext", "dlqdirect", "bigprops", "emptybody"};
         for (String f : feats) {
             if (!only.isEmpty() && !Arrays.asList(only.split(",")).contains(f)) continue;
             try { feature(f, p); } catch (Throwable t) { out(f, "EXC " + err(t)); }
@@ -268,6 +268,41 @@ public class Features {
             List<String> got = Collections.synchronizedList(new ArrayList<>());
             c.registerMessageListener((MessageListenerConcurrently) (ms, ctx) -> { for (MessageExt m : ms) got.add(new String(m.getBody())); return ConsumeConcurrentlyStatus.CONSUME_SUCCESS; });
             c.start(); waitFor(() -> got.size() >= 2, 20000); Thread.sleep(1000); c.shutdown(); List<String> g = new ArrayList<>(got); Collections.sort(g); out(f, g); break; }
+        case "namespace": {
+            DefaultMQProducer np = new DefaultMQProducer("ns1", "PNS" + run); np.setNamesrvAddr(ns); np.setInstanceName("PNS" + run); np.start();
+            SendResult r = np.send(new Message(topic, "a", "n".getBytes()));
+            DefaultMQPushConsumer c = new DefaultMQPushConsumer("ns1", "CNS" + run); c.setNamesrvAddr(ns); c.setInstanceName("CNS" + run); c.subscribe(topic, "*"); c.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
+            List<String> got = Collections.synchronizedList(new ArrayList<>()); AtomicInteger first = new AtomicInteger();
+            c.registerMessageListener((MessageListenerConcurrently) (ms, ctx) -> { for (MessageExt m : ms) got.add(m.getTopic() + ":" + m.getReconsumeTimes()); return first.getAndIncrement() == 0 ? ConsumeConcurrentlyStatus.RECONSUME_LATER : ConsumeConcurrentlyStatus.CONSUME_SUCCESS; });
+            c.start(); waitFor(() -> got.size() >= 2, 30000); c.shutdown(); np.shutdown();
+            out(f, "sendTopic=" + r.getMessageQueue().getTopic() + " got=" + got); break; }
+        case "delaynext": {
+            p.send(new Message(topic, "a", "r".getBytes()));
+            DefaultMQPushConsumer c = push("CF_" + f, topic, "*"); List<Long> at = Collections.synchronizedList(new ArrayList<>());
+            c.registerMessageListener((MessageListenerConcurrently) (ms, ctx) -> { at.add(System.currentTimeMillis()); if (ms.get(0).getReconsumeTimes() == 0) { ctx.setDelayLevelWhenNextConsume(1); return ConsumeConcurrentlyStatus.RECONSUME_LATER; } return ConsumeConcurrentlyStatus.CONSUME_SUCCESS; });
+            c.start(); waitFor(() -> at.size() >= 2, 30000); c.shutdown(); long d = at.size() >= 2 ? at.get(1) - at.get(0) : -1;
+            out(f, "deliveries=" + at.size() + " gap>=0.9s:" + (d >= 900)); break; }
+        case "dlqdirect": {
+            p.send(new Message(topic, "a", "d".getBytes()));
+            DefaultMQPushConsumer c = push("CF_" + f, topic, "*"); AtomicInteger n = new AtomicInteger();
+            c.registerMessageListener((MessageListenerConcurrently) (ms, ctx) -> { n.incrementAndGet(); ctx.setDelayLevelWhenNextConsume(-1); return ConsumeConcurrentlyStatus.RECONSUME_LATER; });
+            c.start(); waitFor(() -> n.get() >= 1, 20000); Thread.sleep(3000); c.shutdown();
+            DefaultMQPullConsumer pc = new DefaultMQPullConsumer("CF_dd" + run); pc.setNamesrvAddr(ns); pc.setInstanceName("CF_dd" + run); pc.start(); String res;
+            try { MessageQueue q = pc.fetchSubscribeMessageQueues("%DLQ%CF_dlqdirect" + run).iterator().next(); PullResult r = pc.pull(q, "*", 0, 32);
+                res = r.getPullStatus() + " n=" + (r.getMsgFoundList() == null ? 0 : r.getMsgFoundList().size()) + (r.getMsgFoundList() == null ? "" : " rt=" + r.getMsgFoundList().get(0).getReconsumeTimes()); } catch (Throwable t) { res = "EXC " + err(t); }
+            pc.shutdown(); out(f, "deliveries=" + n.get() + " " + res); break; }
+        case "bigprops": {
+            Message m = new Message(topic, "a", "b".getBytes()); StringBuilder sb = new StringBuilder(); for (int i = 0; i < 33000; i++) sb.append('x'); m.putUserProperty("big", sb.toString());
+            try { out(f, p.send(m).getSendStatus()); } catch (Throwable t) { out(f, err(t).replaceAll("\\d+\\.\\d+\\.\\d+\\.\\d+:\\d+", "ADDR")); } break; }
+        case "multikey": {
+            Message m = new Message(topic, "a", "b".getBytes()); m.setKeys(Arrays.asList("mk1" + run, "mk2" + run)); long before = System.currentTimeMillis(); p.send(m); Thread.sleep(1200);
+            out(f, "k1=" + p.queryMessage(topic, "mk1" + run, 32, before - 10000, System.currentTimeMillis() + 1000).getMessageList().size() + " k2=" + p.queryMessage(topic, "mk2" + run, 32, before - 10000, System.currentTimeMillis() + 1000).getMessageList().size()
+                + " both=" + p.queryMessage(topic, "mk1" + run + " mk2" + run, 32, before - 10000, System.currentTimeMillis() + 1000).getMessageList().size()); break; }
+        case "emptybody": {
+            try { out(f, p.send(new Message(topic, "a", new byte[0])).getSendStatus()); } catch (Throwable t) { out(f, err(t)); } break; }
+        case "sendtimeout": {
+            p.send(new Message(topic, "a", "w".getBytes()));
+            try { out(f, p.send(new Message(topic, "a", "t".getBytes()), 1).getSendStatus()); } catch (Throwable t) { out(f, t.getClass().getSimpleName()); } break; }
         case "tx": {
             TransactionMQProducer tp = new TransactionMQProducer("PF_tx" + run); tp.setNamesrvAddr(ns); tp.setInstanceName("PF_tx" + run);
             List<String> checks = Collections.synchronizedList(new ArrayList<>());
