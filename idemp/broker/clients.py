@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from idemp.remoting.sql92 import Selector, SelectorError, compile_selector
 from idemp.remoting.tags import parse_subscription
 
 log = logging.getLogger("idemp.broker.clients")
@@ -57,14 +58,20 @@ class SubscriptionData:
     sub_version: int
     tags: frozenset[str] = frozenset()
     codes: frozenset[int] | None = None  # None = every message
-    expression_type: str = "TAG"  # anything else (SQL92) is refused when pulled
+    expression_type: str = "TAG"
+    # an SQL92 expression compiled when heartbeated (ConsumerFilterManager's filter
+    # data); None when it does not compile, which a pull then reports
+    selector: Selector | None = None
 
     @classmethod
     def build(
         cls, topic: str, sub_string: str, sub_version: int, expression_type: str = "TAG"
     ) -> SubscriptionData:
         if not is_tag_type(expression_type):
-            return cls(topic, sub_string, sub_version, expression_type=expression_type)
+            selector = compile_or_none(expression_type, sub_string)
+            return cls(
+                topic, sub_string, sub_version, expression_type=expression_type, selector=selector
+            )
         parsed = parse_subscription(sub_string)
         if parsed is None:
             return cls(topic, sub_string or "*", sub_version)
@@ -74,6 +81,19 @@ class SubscriptionData:
 def is_tag_type(expression_type: str | None) -> bool:
     """ExpressionType.isTagType: a missing or empty type is TAG."""
     return not expression_type or expression_type == "TAG"
+
+
+def compile_or_none(expression_type: str, text: str) -> Selector | None:
+    """ConsumerFilterManager.build: the compiled expression, or None (logged) when the
+    type is unknown or the text does not compile."""
+    if expression_type != "SQL92":
+        log.warning("filter type %r is not supported", expression_type)
+        return None
+    try:
+        return compile_selector(text)
+    except SelectorError as exc:
+        log.warning("SQL92 expression %r does not compile: %s", text, exc)
+        return None
 
 
 @dataclass

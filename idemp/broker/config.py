@@ -64,6 +64,8 @@ class BrokerConfig:
     grpcServerPort: int = DEFAULT_GRPC_PORT
     # the proxy's minInvisibleTimeMillsForRecv: a receive asking less is refused (40011)
     minInvisibleTimeMillsForRecv: int = 10_000
+    # SQL92 subscriptions (MessageSelector.bySql) are served only when true, as RocketMQ
+    enablePropertyFilter: bool = False
 
     @property
     def grpc_port(self) -> int:
@@ -114,12 +116,6 @@ def parse_delay_levels(text: str) -> list[int]:
 
 
 def apply_setting(cfg: BrokerConfig, key: str, raw: str) -> None:
-    if key == "enablePropertyFilter" and raw.strip().lower() == "true":
-        # said at start, not found out when every SQL92 consumer is refused
-        raise ConfigError(
-            "enablePropertyFilter: idemp's broker does not filter by SQL92; "
-            "consumers subscribe by tag (leave it false, RocketMQ's default)"
-        )
     f = _FIELDS.get(key)
     if f is None:
         cfg.unknown[key] = raw

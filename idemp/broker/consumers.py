@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from idemp.remoting import RemotingCommand, RequestCode, ResponseCode, jsonlenient
 from idemp.remoting.codes import Perm
+from idemp.remoting.sql92 import SelectorError, compile_selector
 
 from .clients import is_tag_type
 from .metadata import retry_topic
@@ -69,15 +70,24 @@ def unregister_client(server: Broker, conn: Peer, cmd: RemotingCommand) -> Remot
 
 
 def check_client_config(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingCommand:
-    """What a Java consumer with an SQL92 selector asks at start: refused as RocketMQ
-    refuses it with enablePropertyFilter=false, so the consumer fails to start instead
-    of receiving nothing."""
+    """What a Java consumer with an SQL92 selector asks at start
+    (ClientManageProcessor.checkClientConfig): refused when the broker does not filter
+    by properties, or when the expression does not compile, so that the consumer fails
+    to start instead of receiving nothing."""
     sub = _json_body(cmd).get("subscriptionData") if cmd.body else None
     if isinstance(sub, dict) and not is_tag_type(sub.get("expressionType")):
-        return cmd.response(
-            ResponseCode.SYSTEM_ERROR,
-            f"The broker does not support consumer to filter message by {sub['expressionType']}",
-        )
+        expression_type = str(sub["expressionType"])
+        if not server.config.enablePropertyFilter:
+            return cmd.response(
+                ResponseCode.SYSTEM_ERROR,
+                f"The broker does not support consumer to filter message by {expression_type}",
+            )
+        if expression_type != "SQL92":  # RocketMQ has no filter of that name: a null remark
+            return cmd.response(ResponseCode.SUBSCRIPTION_PARSE_FAILED)
+        try:
+            compile_selector(str(sub.get("subString") or ""))
+        except SelectorError as exc:
+            return cmd.response(ResponseCode.SUBSCRIPTION_PARSE_FAILED, str(exc))
     return cmd.response(ResponseCode.SUCCESS)
 
 

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from idemp.remoting import PullSysFlag, RemotingCommand, RequestCode, ResponseCode
 from idemp.remoting.codes import Perm
+from idemp.remoting.message import decode_message
+from idemp.remoting.sql92 import Selector
 from idemp.remoting.tags import parse_subscription
 
 from .brokerstats import BROKER_GET_NUMS, GROUP_GET_NUMS, GROUP_GET_SIZE
-from .clients import is_tag_type
+from .clients import compile_or_none, is_tag_type
 from .longpoll import HeldPull
 from .metadata import topic_error
 from .store import GetStatus
@@ -29,9 +32,15 @@ _CODE = {
 }
 
 
+def record_matcher(selector: Selector) -> Callable[[bytes], bool]:
+    """ExpressionMessageFilter.isMatchedByCommitLog: the expression over the stored
+    record's properties (the consume queue's tag codes cannot answer it)."""
+    return lambda record: selector.matches(decode_message(record)[0].properties)
+
+
 def _no_property_filter(cmd: RemotingCommand, expression_type: str) -> RemotingCommand:
-    """RocketMQ with enablePropertyFilter=false (its default, and idemp's only setting)
-    refuses an SQL92 pull rather than deliver everything or nothing."""
+    """RocketMQ with enablePropertyFilter=false (its default) refuses an SQL92 pull
+    rather than deliver everything or nothing."""
     return cmd.response(
         ResponseCode.SYSTEM_ERROR,
         f"The broker does not support consumer to filter message by {expression_type}",
@@ -98,13 +107,24 @@ def _process(
             f"queueId[{queue_id}] is illegal, topic:[{topic}] topicConfig.readQueueNums:"
             f"[{tcfg.readQueueNums}] consumer:[{conn.peer}]",
         )
-    codes: frozenset[int] | None
+    codes: frozenset[int] | None = None
+    selector: Selector | None = None
     if sys_flag & PullSysFlag.SUBSCRIPTION and cmd.ext_fields.get("subscription") is not None:
         expression_type = cmd.ext_fields.get("expressionType")
         if not is_tag_type(expression_type):
-            return _no_property_filter(cmd, str(expression_type))
-        parsed = parse_subscription(cmd.ext_fields["subscription"])
-        codes = None if parsed is None else parsed[1]
+            if not cmd.ext_fields["subscription"]:  # FilterAPI.build: "Expression can't be null!"
+                return cmd.response(
+                    ResponseCode.SUBSCRIPTION_PARSE_FAILED,
+                    "parse the consumer's subscription failed",
+                )
+            if not server.config.enablePropertyFilter:
+                return _no_property_filter(cmd, str(expression_type))
+            # one that does not compile filters nothing: RocketMQ's filter data is then
+            # null and its ExpressionMessageFilter lets every message through
+            selector = compile_or_none(str(expression_type), cmd.ext_fields["subscription"])
+        else:
+            parsed = parse_subscription(cmd.ext_fields["subscription"])
+            codes = None if parsed is None else parsed[1]
     else:
         info = server.clients.consumers.get(group)
         if info is None:
@@ -126,9 +146,23 @@ def _process(
                 ResponseCode.SUBSCRIPTION_NOT_LATEST, "the consumer's subscription not latest"
             )
         if not is_tag_type(sub.expression_type):
-            return _no_property_filter(cmd, sub.expression_type)
+            if sub.selector is None:
+                return cmd.response(
+                    ResponseCode.FILTER_DATA_NOT_EXIST,
+                    "The broker's consumer filter data is not exist!Your expression may be wrong!",
+                )
+            if not server.config.enablePropertyFilter:
+                return _no_property_filter(cmd, sub.expression_type)
+            selector = sub.selector
         codes = sub.codes
-    result = store.get_messages(topic, queue_id, offset, cmd.field_int("maxMsgNums"), codes)
+    result = store.get_messages(
+        topic,
+        queue_id,
+        offset,
+        cmd.field_int("maxMsgNums"),
+        codes,
+        None if selector is None else record_matcher(selector),
+    )
     if result.records:  # BrokerStatsManager.incGroupGetNums/Size, incBrokerGetNums
         n = len(result.records)
         store.stats.add(GROUP_GET_NUMS, f"{topic}@{group}", n)

@@ -316,9 +316,12 @@ class MessageStore:
         offset: int,
         max_nums: int,
         codes: frozenset[int] | None,
+        matches: Callable[[bytes], bool] | None = None,
     ) -> GetResult:
+        """``codes``: the tag codes that pass the consume queue (None: all);
+        ``matches``: a check of each record that passed them (SQL92 filters)."""
         began = time.monotonic()
-        result = self._get_messages(topic, queue_id, offset, max_nums, codes)
+        result = self._get_messages(topic, queue_id, offset, max_nums, codes, matches)
         self.stats.on_get(len(result.records), int((time.monotonic() - began) * 1000))
         return result
 
@@ -329,6 +332,7 @@ class MessageStore:
         offset: int,
         max_nums: int,
         codes: frozenset[int] | None,
+        matches: Callable[[bytes], bool] | None,
     ) -> GetResult:
         cq = self.queues.get((topic, queue_id))
         if cq is None or cq.max_offset == 0:
@@ -352,8 +356,10 @@ class MessageStore:
             if records and (total + size > max_bytes or len(records) >= max_count):
                 break
             if codes is None or cq.tags[i] in codes:
-                records.append(read(cq.phy[i], size))
-                total += size
+                record = read(cq.phy[i], size)
+                if matches is None or matches(record):
+                    records.append(record)
+                    total += size
             i += 1
         status = GetStatus.FOUND if records else GetStatus.NO_MATCHED_MESSAGE
         return GetResult(status, i, lo, hi, records)

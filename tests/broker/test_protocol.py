@@ -916,3 +916,57 @@ def test_a_retry_send_past_its_attempts_reaches_the_dlq_after_its_own_delay(
         # without a delay it is stored in the DLQ at once
         plain = c.send_message(retry, b"now", {"UNIQ_KEY": "U-DLQ-2"}, extra=over)
         assert plain.code == 0 and c.max_offset(dlq) == 2
+
+
+def test_sql92_filters_when_the_broker_has_enable_property_filter(
+    make_broker: Callable[..., BrokerProcess],
+) -> None:
+    """With enablePropertyFilter=true, as RocketMQ 4.9.7 serves it: the start-up check
+    compiles the expression; a pull carrying its subscription, or one under a
+    heartbeated subscription, gets only the messages whose properties match."""
+    broker = make_broker(enablePropertyFilter="true")
+    T, g, cid = "TopicSql", "G_SQL", "1-127.0.0.1@SQL"
+    with RawClient(broker.broker_addr) as c:
+        assert c.create_topic(T, 1).code == 0
+        for a, tag in [("3", "A"), ("10", "B"), ("7", "A"), ("x", "A")]:
+            assert c.send_message(T, f"a={a}".encode(), {"a": a, "TAGS": tag}).code == 0
+        assert c.send_message(T, b"no a", {"TAGS": "A"}).code == 0
+
+        def check(expression_type: str, text: str) -> RemotingCommand:
+            sub = {"topic": T, "subString": text, "expressionType": expression_type}
+            body = {"clientId": cid, "group": g, "subscriptionData": sub}
+            return c.request(RequestCode.CHECK_CLIENT_CONFIG, body=json.dumps(body).encode())
+
+        assert check("SQL92", "a > 5 AND TAGS = 'A'").code == 0
+        bad = check("SQL92", "a >")
+        assert bad.code == 23 and bad.remark
+        unknown = check("GROOVY", "a > 5")
+        assert (unknown.code, unknown.remark) == (23, None)
+
+        def bodies(r: RemotingCommand) -> list[bytes]:
+            assert r.code == 0, (r.code, r.remark)
+            return [m.body for m in _msgs(r.body)]
+
+        pulled = c.pull(T, 0, 0, group=g, subscription="a > 5", expression_type="SQL92")
+        assert bodies(pulled) == [b"a=10", b"a=7"]
+        # one that does not compile filters nothing (RocketMQ's null filter data)
+        assert (
+            len(bodies(c.pull(T, 0, 0, group=g, subscription="a >", expression_type="SQL92"))) == 5
+        )
+        empty = c.pull(T, 0, 0, group=g, subscription="", expression_type="SQL92")
+        assert (empty.code, empty.remark) == (23, "parse the consumer's subscription failed")
+
+        hb = c.heartbeat(
+            cid, [g], topic=T, sub_string="a IS NULL OR a = 'x'", expression_type="SQL92"
+        )
+        assert hb.code == 0
+        assert bodies(c.pull(T, 0, 0, group=g, sys_flag=0, sub_version=1)) == [b"a=x", b"no a"]
+        hb = c.heartbeat(
+            cid, [g], topic=T, sub_version=2, sub_string="a >", expression_type="SQL92"
+        )
+        assert hb.code == 0
+        missing = c.pull(T, 0, 0, group=g, sys_flag=0, sub_version=2)
+        assert (missing.code, missing.remark) == (
+            27,
+            "The broker's consumer filter data is not exist!Your expression may be wrong!",
+        )

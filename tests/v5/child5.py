@@ -34,6 +34,7 @@ from rocketmq import (
     TransactionChecker,
     TransactionResolution,
 )
+from rocketmq.grpc_protocol import FilterType
 
 MARK = "@@v5 "
 clients: dict[str, Any] = {}
@@ -150,7 +151,8 @@ def run(cmd: dict[str, Any]) -> dict[str, Any]:
     if op == "checks":
         return {"checks": list(checks)}
     if op == "simple":
-        subs = {t: FilterExpression(e) for t, e in cmd["subs"].items()}
+        kind = FilterType.SQL if cmd.get("sql") else FilterType.TAG
+        subs = {t: FilterExpression(e, kind) for t, e in cmd["subs"].items()}
         c = SimpleConsumer(config(cmd), cmd["group"], subs, cmd.get("await", 5))
         c.startup()
         clients[cmd["name"]] = c

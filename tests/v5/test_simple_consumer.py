@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
+from idemp.broker.process import BrokerProcess
 from tests.broker.rawclient import RawClient
 
 from .conftest import Client5, Endpoint5
@@ -228,3 +230,33 @@ def test_acking_twice_is_accepted(
     first = client.receive_until(1, 30, 30)
     client.ok("ack", name="c", ref=first[0]["ref"])
     client.ok("ack", name="c", ref=first[0]["ref"])
+
+
+def test_sql92_filter_when_the_broker_filters_by_properties(
+    make_broker: Callable[..., BrokerProcess], tmp_path: Path, names: Callable[[str], str]
+) -> None:
+    """A FilterExpression of type SQL92 (served with enablePropertyFilter=true, as by
+    RocketMQ): only messages whose properties match are received, with RocketMQ 4.9.7's
+    conversion rules (``a > 5`` reads ``a`` as an integer, so ``10.5`` is not received);
+    an expression that does not compile is ILLEGAL_FILTER_EXPRESSION on receive."""
+    broker = make_broker(enablePropertyFilter="true", minInvisibleTimeMillsForRecv=2000)
+    topic, group = names("T"), names("G")
+    with RawClient(broker.broker_addr) as admin:
+        _ready(admin, topic, group)
+    client = Client5(broker.grpc_addr, tmp_path / "client5.log")
+    try:
+        client.ok("producer", name="p", topics=[topic])
+        values = ["3", "10", "7", "x", "10.5", None]
+        sent = [
+            {"topic": topic, "body": f"a={a}", "properties": {} if a is None else {"a": a}}
+            for a in values
+        ]
+        client.ok("send", name="p", messages=sent)
+        client.ok("simple", name="c", group=group, subs={topic: "a > 5"}, sql=True, **{"await": 5})
+        got = client.receive_until(2, 30, 2)
+        assert sorted(m["body"] for m in got) == ["a=10", "a=7"]
+        client.ok("simple", name="bad", group=names("G2"), subs={topic: "a >"}, sql=True)
+        refused = client.call("receive", name="bad", max=16, invisible=2)
+        assert not refused["ok"] and refused["code"] == 40010, refused  # ILLEGAL_FILTER_EXPRESSION
+    finally:
+        client.close()

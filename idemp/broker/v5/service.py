@@ -23,6 +23,7 @@ from google.protobuf.duration_pb2 import Duration
 from idemp.remoting.codes import TRANS_HALF_TOPIC, MessageSysFlag, Prop
 from idemp.remoting.message import MessageFormatError
 from idemp.remoting.msgid import offset_msg_id
+from idemp.remoting.sql92 import SelectorError, compile_selector
 
 from ..metadata import Perm, topic_error
 from .convert import SYSTEM_KEYS, message_type_of, timestamp, to_proto, to_stored
@@ -614,7 +615,7 @@ class MessagingService:
                     Code.ILLEGAL_INVISIBLE_TIME,
                     f"the invisibleTime is too large. max is {MAX_INVISIBLE_MS}",
                 )
-            accepts = _filter(request.filter_expression)
+            accepts = _filter(request.filter_expression, self.broker.config.enablePropertyFilter)
             max_attempts = (
                 settings.backoff_policy.max_attempts
                 if settings is not None and settings.backoff_policy.max_attempts > 0
@@ -773,10 +774,20 @@ def _has_control(text: str) -> bool:
     return any(ord(c) < 32 or 127 <= ord(c) < 160 for c in text)
 
 
-def _filter(expression: Any) -> Any:
-    """A TAG expression as a predicate over stored messages (SQL92 is not served)."""
+def _filter(expression: Any, sql92: bool) -> Any:
+    """A TAG or (with enablePropertyFilter) SQL92 expression as a predicate over stored
+    messages."""
     if expression.type == pb.SQL:
-        raise RequestError(Code.ILLEGAL_FILTER_EXPRESSION, "SQL92 filtering is not supported")
+        if not sql92:
+            raise RequestError(
+                Code.ILLEGAL_FILTER_EXPRESSION,
+                "SQL92 filtering is not supported (the broker's enablePropertyFilter is false)",
+            )
+        try:
+            selector = compile_selector(expression.expression)
+        except SelectorError as exc:
+            raise RequestError(Code.ILLEGAL_FILTER_EXPRESSION, str(exc)) from None
+        return lambda msg: selector.matches(msg.properties)
     text = (expression.expression or "*").strip()
     if not text or text == "*":
         return lambda msg: True
