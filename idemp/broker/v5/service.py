@@ -615,7 +615,7 @@ class MessagingService:
                     Code.ILLEGAL_INVISIBLE_TIME,
                     f"the invisibleTime is too large. max is {MAX_INVISIBLE_MS}",
                 )
-            accepts = _filter(request.filter_expression, self.broker.config.enablePropertyFilter)
+            accepts = _filter(request.filter_expression)
             max_attempts = (
                 settings.backoff_policy.max_attempts
                 if settings is not None and settings.backoff_policy.max_attempts > 0
@@ -774,19 +774,19 @@ def _has_control(text: str) -> bool:
     return any(ord(c) < 32 or 127 <= ord(c) < 160 for c in text)
 
 
-def _filter(expression: Any, sql92: bool) -> Any:
-    """A TAG or (with enablePropertyFilter) SQL92 expression as a predicate over stored
-    messages."""
+def _filter(expression: Any) -> Any:
+    """A TAG or SQL92 expression as a predicate over stored messages. RocketMQ 5.3.3's
+    POP serves SQL92 whatever enablePropertyFilter says (only 4.x pulls check it)."""
     if expression.type == pb.SQL:
-        if not sql92:
-            raise RequestError(
-                Code.ILLEGAL_FILTER_EXPRESSION,
-                "SQL92 filtering is not supported (the broker's enablePropertyFilter is false)",
-            )
+        if not expression.expression:  # the proxy's FilterAPI.build
+            raise RequestError(Code.ILLEGAL_FILTER_EXPRESSION, "Expression can't be null! SQL92")
         try:
             selector = compile_selector(expression.expression)
         except SelectorError as exc:
-            raise RequestError(Code.ILLEGAL_FILTER_EXPRESSION, str(exc)) from None
+            # the broker's SUBSCRIPTION_PARSE_FAILED, which the proxy passes on as 50001
+            raise RequestError(
+                Code.INTERNAL_SERVER_ERROR, f"parse the consumer's subscription failed: {exc}"
+            ) from None
         return lambda msg: selector.matches(msg.properties)
     text = (expression.expression or "*").strip()
     if not text or text == "*":
