@@ -16,7 +16,8 @@ NS_PORT=$(free_port); BR_PORT=$(free_port)
 WORK=$(mktemp -d)
 .venv/bin/idemp broker -n "127.0.0.1:$NS_PORT" --listen-port "$BR_PORT" --store "$WORK/store" \
     --grpc-port 0 -p autoCreateTopicEnable=true \
-    -p transactionCheckInterval=3000 -p transactionTimeOut=2000 > "$WORK/broker.log" 2>&1 &
+    -p transactionCheckInterval=3000 -p transactionTimeOut=2000 -p enablePropertyFilter=true \
+    > "$WORK/broker.log" 2>&1 &
 BROKER=$!
 trap 'kill $BROKER 2>/dev/null; wait $BROKER 2>/dev/null; rm -rf "$WORK"' EXIT
 for _ in $(seq 100); do grep -q "idemp broker ready" "$WORK/broker.log" && break; sleep 0.2; done
@@ -30,14 +31,23 @@ done
 out=$("${JAVA_RUN[@]}" ProduceAll "127.0.0.1:$NS_PORT" TopicInteropProduce 20 2>/dev/null | grep '^sync=') || rc=1
 echo "idemp broker: $out"
 INTEROP_HOME="$WORK" .venv/bin/python interop/mqadmin_cases.py "127.0.0.1:$NS_PORT" "127.0.0.1:$BR_PORT" | sed 's/^/idemp broker: /' || rc=1
-# The Java client's other features, each outcome as seen against RocketMQ 4.9.7 (same
-# transaction check settings there) in interop/features.expected.
+# The Java client's other features, and SQL92 subscriptions, each outcome as seen against
+# RocketMQ 4.9.7 with the same settings (transaction checks, enablePropertyFilter) in
+# interop/features.expected and interop/sqlfilter.expected.
 "${JAVA_RUN[@]}" Features "127.0.0.1:$NS_PORT" x 2>/dev/null | sed -n 's/^FEAT //p' > "$WORK/features.out" || true
 if diff interop/features.expected "$WORK/features.out" > "$WORK/features.diff"; then
     echo "idemp broker: Java client features: $(wc -l < "$WORK/features.out")/$(wc -l < interop/features.expected) as on RocketMQ 4.9.7"
 else
     echo "idemp broker: Java client features differ from RocketMQ 4.9.7 (< RocketMQ, > idemp):"
     cat "$WORK/features.diff"
+    rc=1
+fi
+"${JAVA_RUN[@]}" SqlFilter "127.0.0.1:$NS_PORT" x 2>/dev/null | grep '^SQL' > "$WORK/sql.out" || true
+if diff interop/sqlfilter.expected "$WORK/sql.out" > "$WORK/sql.diff"; then
+    echo "idemp broker: SQL92 subscriptions: $(wc -l < "$WORK/sql.out")/$(wc -l < interop/sqlfilter.expected) delivered as on RocketMQ 4.9.7"
+else
+    echo "idemp broker: SQL92 subscriptions differ from RocketMQ 4.9.7 (< RocketMQ, > idemp):"
+    cat "$WORK/sql.diff"
     rc=1
 fi
 exit $rc

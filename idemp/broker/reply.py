@@ -16,6 +16,7 @@ import time
 from typing import TYPE_CHECKING
 
 from idemp.remoting import MessageExt, RemotingCommand, RequestCode, ResponseCode
+from idemp.remoting.codes import Prop
 from idemp.remoting.message import (
     MessageFormatError,
     decode_properties,
@@ -30,8 +31,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-REPLY_TO_CLIENT = "REPLY_TO_CLIENT"
-PUSH_REPLY_TIME = "PUSH_REPLY_TIME"
 CALL_CLIENT_TIMEOUT_S = 10.0  # Broker2Client.callClient
 STORE_REPLY = True  # BrokerConfig.storeReplyMessageEnable, true by default
 
@@ -95,14 +94,14 @@ async def _push(
     server: Broker, conn: Peer, cmd: RemotingCommand, msg: MessageExt, props_text: str
 ) -> tuple[bool, str]:
     """ReplyMessageProcessor.pushReplyMessage: (pushed, remark when not)."""
-    sender = msg.properties.get(REPLY_TO_CLIENT)
+    sender = msg.properties.get(Prop.REPLY_TO_CLIENT)
     if sender is None:
-        return False, f"reply message properties[{REPLY_TO_CLIENT}] is null"
+        return False, f"reply message properties[{Prop.REPLY_TO_CLIENT}] is null"
     chan = server.clients.find_producer(sender)
     if chan is None:
         return False, f"push reply message fail, channel of <{sender}> not found."
     fields = cmd.ext_fields
-    props = {**decode_properties(props_text), PUSH_REPLY_TIME: str(int(time.time() * 1000))}
+    props = {**decode_properties(props_text), Prop.PUSH_REPLY_TIME: str(int(time.time() * 1000))}
     header = {
         "producerGroup": fields["producerGroup"],
         "topic": fields["topic"],

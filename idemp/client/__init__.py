@@ -11,11 +11,13 @@ from .instance import ClientInstance, NoRouteError
 from .producer import (
     OutMessage,
     Producer,
+    ReplyTimeout,
     SendError,
     SendResult,
     SendStatus,
     TransactionState,
 )
+from .reply import create_reply
 from .route import MessageQueue
 from .settings import (
     Allocation,
@@ -43,12 +45,14 @@ __all__ = [
     "ProducerSettings",
     "PushConsumer",
     "RemotingError",
+    "ReplyTimeout",
     "RequestTimeout",
     "ResponseError",
     "SendError",
     "SendResult",
     "SendStatus",
     "TransactionState",
+    "create_reply",
     "queue_index_for_key",
     "std_hash_string",
 ]

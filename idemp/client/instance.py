@@ -96,6 +96,8 @@ class ClientInstance:
         self.brokers: dict[str, dict[int, str]] = {}
         self.producers: dict[str, ProducerMember] = {}
         self.consumers: dict[str, ConsumerMember] = {}
+        # requests waiting for their reply, by correlation id (loop thread only)
+        self.replies: dict[str, asyncio.Future[Any]] = {}
         self._refs = 0
         self._stopped = False
         self._tasks: list[asyncio.Task[None]] = []
@@ -337,6 +339,10 @@ class ClientInstance:
             return cmd.response(ResponseCode.SUCCESS, body=body)
         if code == RequestCode.CONSUME_MESSAGE_DIRECTLY:
             return self._consume_directly(cmd)
+        if code == RequestCode.PUSH_REPLY_MESSAGE_TO_CLIENT:
+            from .reply import deliver
+
+            return deliver(self.replies, cmd)
         if code == RequestCode.RESET_CONSUMER_CLIENT_OFFSET:
             group = cmd.ext_fields.get("group", "")
             reset_consumer = self.consumers.get(group)

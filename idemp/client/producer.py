@@ -10,14 +10,17 @@ since that would break the key's order.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import enum
 import itertools
 import logging
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from idemp.message import Message
 from idemp.remoting import (
     BatchEntry,
     MessageExt,
@@ -31,6 +34,7 @@ from idemp.remoting import (
     encode_properties,
     parse_offset_msg_id,
 )
+from idemp.remoting.codes import REPLY_MESSAGE_FLAG
 from idemp.remoting.message import compress_body
 
 from .instance import ClientInstance
@@ -51,6 +55,10 @@ _SENT_CODES = {
 
 class SendError(RemotingError):
     pass
+
+
+class ReplyTimeout(RemotingError):
+    """A request was sent, but no reply came within its timeout."""
 
 
 class SendStatus(str, enum.Enum):
@@ -178,11 +186,43 @@ class AsyncProducer:
             "j": "0",
             "k": "false",
         }
-        result = await self._send_with_retry(
-            msg.topic, RequestCode.SEND_MESSAGE_V2, ext, body, fixed
+        # a reply (create_reply) goes as SEND_REPLY_MESSAGE_V2, as the Java client sends it
+        code = (
+            RequestCode.SEND_REPLY_MESSAGE_V2
+            if props.get(Prop.MSG_TYPE) == REPLY_MESSAGE_FLAG
+            else RequestCode.SEND_MESSAGE_V2
         )
+        result = await self._send_with_retry(msg.topic, code, ext, body, fixed)
         result.msg_id = uniq
         return result
+
+    async def request(self, msg: OutMessage, timeout: float) -> Any:
+        """DefaultMQProducerImpl.request: send with a correlation id, this client's id
+        and a time to live, then wait for the reply the broker pushes back."""
+        correlation = uuid.uuid4().hex
+        props = {
+            **msg.properties,
+            Prop.CORRELATION_ID: correlation,
+            Prop.REPLY_TO_CLIENT: self.instance.client_id,
+            Prop.TTL: str(int(timeout * 1000)),
+        }
+        began = time.monotonic()
+        if msg.topic not in self.instance.routes:
+            # the broker must know this client as a producer before the reply arrives
+            await self.publish_queues(msg.topic)
+            await self.instance.heartbeat_all()
+        waiting: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self.instance.replies[correlation] = waiting
+        try:
+            await self.send(dataclasses.replace(msg, properties=props))
+            left = timeout - (time.monotonic() - began)
+            return await asyncio.wait_for(waiting, max(left, 0.001))
+        except asyncio.TimeoutError:
+            raise ReplyTimeout(
+                f"sent the request to {msg.topic}, but no reply came within {timeout} s"
+            ) from None
+        finally:
+            self.instance.replies.pop(correlation, None)
 
     async def send_batch(
         self, msgs: Sequence[OutMessage], queue: MessageQueue | None = None
@@ -382,6 +422,12 @@ class Producer:
     def send(self, msg: OutMessage, queue: MessageQueue | None = None) -> SendResult:
         result: SendResult = self._call(self._core().send(msg, queue=queue))
         return result
+
+    def request(self, msg: OutMessage, timeout: float = 3.0) -> Message:
+        """Send ``msg`` and wait for its reply (a consumer answers with ``create_reply``);
+        ReplyTimeout when none comes within ``timeout`` seconds."""
+        reply: Message = self._call(self._core().request(msg, timeout))
+        return reply
 
     def send_orderly(self, msg: OutMessage, sharding_key: str) -> SendResult:
         """The queue is ``std::hash(sharding_key) % queues``, as the official client."""

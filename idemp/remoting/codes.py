@@ -254,6 +254,16 @@ class Prop:
     CLUSTER = "CLUSTER"
     SHARDING_KEY = "__SHARDINGKEY"
     TRANSACTION_ID = "__transactionId__"
+    # request-reply (MessageConst 4.9.7)
+    CORRELATION_ID = "CORRELATION_ID"
+    REPLY_TO_CLIENT = "REPLY_TO_CLIENT"
+    TTL = "TTL"
+    MSG_TYPE = "MSG_TYPE"
+    PUSH_REPLY_TIME = "PUSH_REPLY_TIME"
+    REPLY_MESSAGE_ARRIVE_TIME = "ARRIVE_TIME"
+
+
+REPLY_MESSAGE_FLAG = "reply"  # MixAll.REPLY_MESSAGE_FLAG, the MSG_TYPE of a reply
 
 
 KEY_SEPARATOR = " "

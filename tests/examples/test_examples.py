@@ -34,6 +34,8 @@ EXPECTED = {
     # batch on one RECONSUME_LATER): every one absorbed, the count is not fixed.
     "service": "orders 30, each once: True; ride steps 20, each ride in order: True",
     "official_push_consumer": "effects 10 for 10 orders; every producer retry absorbed: True",
+    "request_reply": "quotes 5 answered, each by its own reply: True; "
+    "fares [370, 490, 610, 730, 850]; recorded 5",
 }
 NEEDS = {"redis_flag_72h": "redis", "redisson_lock": "redis", "pessimistic_row_lock": "pg"}
 
