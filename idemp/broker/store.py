@@ -383,8 +383,9 @@ class MessageStore:
                 if is_dispatched(stored.sys_flag) and not gone:
                     self._index(stored)
         out: list[bytes] = []
-        # Newest first, as RocketMQ's IndexFile walks a key's hash chain backwards: with
-        # maxNum smaller than the matches, the latest messages are the ones returned.
+        # Found newest first, as RocketMQ's IndexFile walks a key's hash chain backwards
+        # (with maxNum below the matches, the latest are the ones returned), then answered
+        # in store order: DefaultMessageStore.queryMessage sorts the offsets it found.
         for phy in reversed(self._key_index.get(f"{topic}#{key}", [])):
             msg = self.lookup(phy)
             if msg is None or not begin <= msg.store_timestamp <= end:
@@ -394,6 +395,7 @@ class MessageStore:
                 out.append(record)
             if len(out) >= max_num:
                 break
+        out.reverse()
         return out
 
     def iter_messages(self, decompress: bool = False) -> Iterator[MessageExt]:
