@@ -147,18 +147,20 @@ def update_offset(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingC
 
 
 def _lock_body(cmd: RemotingCommand) -> tuple[str, str, list[tuple[str, str, int]]]:
+    """The group, client and queues of a lock request. No queues is no work, whatever
+    else is missing (RocketMQ answers SUCCESS with an empty set before it looks)."""
     body = _json_body(cmd)
-    group = body.get("consumerGroup")
-    client_id = body.get("clientId")
-    if not isinstance(group, str) or not isinstance(client_id, str):
-        raise ValueError("lock body needs consumerGroup and clientId")
     mqs: list[tuple[str, str, int]] = []
     for mq in body.get("mqSet") or []:
         try:
             mqs.append((str(mq["topic"]), str(mq["brokerName"]), int(mq["queueId"])))
         except (KeyError, TypeError, ValueError):
             raise ValueError(f"invalid message queue in lock body: {mq!r}") from None
-    return group, client_id, mqs
+    group = body.get("consumerGroup")
+    client_id = body.get("clientId")
+    if mqs and (not isinstance(group, str) or not isinstance(client_id, str)):
+        raise ValueError("lock body needs consumerGroup and clientId")
+    return str(group), str(client_id), mqs
 
 
 def lock_batch(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingCommand:

@@ -87,9 +87,12 @@ def route_info(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingComm
             }
         ],
     }
-    order_conf = server.namesrv.get(ORDER_TOPIC_CONFIG, topic)
-    if order_conf is not None:
-        body["orderTopicConf"] = order_conf
+    # DefaultRequestProcessor.getRouteInfoByTopic reads the order config only with the
+    # nameserver's orderMessageEnable (false by default; updateNamesrvConfig sets it)
+    if server.namesrv.settings.get("orderMessageEnable", "").lower() == "true":
+        order_conf = server.namesrv.get(ORDER_TOPIC_CONFIG, topic)
+        if order_conf is not None:
+            body["orderTopicConf"] = order_conf
     return cmd.response(ResponseCode.SUCCESS, body=_dumps(body, standard))
 
 

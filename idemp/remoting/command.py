@@ -9,6 +9,7 @@ inside extFields and a trailing newline after the JSON header); output is strict
 from __future__ import annotations
 
 import json
+import math
 import struct
 from dataclasses import dataclass, field
 from typing import Any
@@ -130,30 +131,43 @@ def encode_json_header(cmd: RemotingCommand) -> bytes:
 
 
 def _as_int(obj: dict[str, Any], name: str, default: int) -> int:
+    """A header number as fastjson reads it into Java's int: absent or null is the
+    default, true/false 1/0, a fraction truncated, a numeric string parsed; anything
+    else, or a number beyond 32 bits, is a frame the peer cannot have meant."""
     value = obj.get(name, default)
     if value is None:
         return default
-    if isinstance(value, bool) or not isinstance(value, (int, str)):
+    if isinstance(value, float) and math.isfinite(value):
+        value = int(value)
+    elif not isinstance(value, (int, str)):
         raise ProtocolError(f"header field {name!r} is not an integer: {value!r}")
     try:
-        return int(value)
+        number = int(value)
     except ValueError:
         raise ProtocolError(f"header field {name!r} is not an integer: {value!r}") from None
+    if not -(2**31) <= number < 2**31:
+        raise ProtocolError(f"header field {name!r} is beyond 32 bits: {value!r}")
+    return number
 
 
 def decode_json_header(data: bytes | memoryview) -> RemotingCommand:
     try:
-        obj = json.loads(bytes(data).decode("utf-8"))
-    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        # bytes that are not UTF-8 are replaced, not refused, as fastjson reads them
+        obj = json.loads(bytes(data).decode("utf-8", "replace"))
+    except (ValueError, RecursionError) as exc:
         # RecursionError: a deeply nested header (e.g. "[[[[...") is the peer's fault too.
         raise ProtocolError(f"invalid JSON header: {exc}") from None
     if not isinstance(obj, dict):
         raise ProtocolError("JSON header is not an object")
-    if "code" not in obj:
-        raise ProtocolError("JSON header has no code")
+    # No code is code 0 (RocketMQ answers "request type 0 not supported"); a language
+    # number must be one of LanguageCode's, a name need not be (fastjson: null).
     language = obj.get("language", "JAVA")
-    if isinstance(language, int) and not isinstance(language, bool):
-        language = _LANG_BY_CODE.get(language, "OTHER")
+    if language is None:
+        language = "JAVA"
+    elif isinstance(language, int) and not isinstance(language, bool):
+        if language not in _LANG_BY_CODE:
+            raise ProtocolError(f"header field 'language' is no LanguageCode: {language!r}")
+        language = _LANG_BY_CODE[language]
     elif not isinstance(language, str):
         raise ProtocolError(f"header field 'language' is invalid: {language!r}")
     remark = obj.get("remark")
