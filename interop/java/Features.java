@@ -34,7 +34,7 @@ public class Features {
         ns = a[0]; run = a.length > 1 ? a[1] : Long.toString(System.currentTimeMillis() % 100000);
         String only = a.length > 2 ? a[2] : "";
         DefaultMQProducer p = producer("PF");
-        String[] feats = {"async", "oneway", "tags", "sql", "delay", "props", "compress", "pull", "lite", "liteassign", "broadcast", "retry", "query", "badqueue", "reply", "trace", "tx", "dlq", "batchprops", "delaymax", "readonly", "orderlysuspend", "createtopic", "nosuch", "pull64", "fromts", "namespace", "delaynext", "dlqdirect", "bigprops", "emptybody"};
+        String[] feats = {"async", "oneway", "tags", "sql", "delay", "props", "compress", "pull", "lite", "liteassign", "broadcast", "retry", "query", "badqueue", "reply", "trace", "tx", "dlq", "batchprops", "delaymax", "readonly", "orderlysuspend", "createtopic", "nosuch", "pull64", "fromts", "namespace", "delaynext", "dlqdirect", "bigprops", "emptybody", "subtrace", "fromlast", "litecommit", "litetime", "orderlybc"};
         for (String f : feats) {
             if (!only.isEmpty() && !Arrays.asList(only.split(",")).contains(f)) continue;
             try { feature(f, p); } catch (Throwable t) { out(f, "EXC " + err(t)); }
@@ -303,6 +303,51 @@ public class Features {
         case "sendtimeout": {
             p.send(new Message(topic, "a", "w".getBytes()));
             try { out(f, p.send(new Message(topic, "a", "t".getBytes()), 1).getSendStatus()); } catch (Throwable t) { out(f, t.getClass().getSimpleName()); } break; }
+        case "subtrace": {
+            p.send(new Message(topic, "a", "stkey" + run, "t".getBytes()));
+            DefaultMQPushConsumer c = new DefaultMQPushConsumer("CF_st" + run, true); c.setNamesrvAddr(ns); c.setInstanceName("CF_st" + run);
+            c.subscribe(topic, "*"); c.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET); AtomicInteger n = new AtomicInteger();
+            c.registerMessageListener((MessageListenerConcurrently) (ms, ctx) -> { n.addAndGet(ms.size()); return ConsumeConcurrentlyStatus.CONSUME_SUCCESS; });
+            c.start(); waitFor(() -> n.get() >= 1, 20000); Thread.sleep(3000); c.shutdown();
+            DefaultMQPullConsumer pc = new DefaultMQPullConsumer("CF_str" + run); pc.setNamesrvAddr(ns); pc.setInstanceName("CF_str" + run); pc.start();
+            TreeSet<String> kinds = new TreeSet<>();
+            for (MessageQueue q : pc.fetchSubscribeMessageQueues("RMQ_SYS_TRACE_TOPIC")) { PullResult r = pc.pull(q, "*", 0, 32);
+                if (r.getMsgFoundList() != null) for (MessageExt m : r.getMsgFoundList()) { String b = new String(m.getBody()); if (b.contains("CF_st" + run)) for (String part : b.split("\u0002")) if (part.startsWith("Sub")) kinds.add(part.split("\u0001")[0]); } }
+            pc.shutdown(); out(f, "consumed=" + n.get() + " traceKinds=" + kinds); break; }
+        case "fromlast": {
+            for (int i = 0; i < 3; i++) p.send(new Message(topic, "a", ("h" + i).getBytes()));
+            DefaultMQPushConsumer c = push("CF_" + f, topic, "*"); c.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_LAST_OFFSET); List<String> got = Collections.synchronizedList(new ArrayList<>());
+            c.registerMessageListener((MessageListenerConcurrently) (ms, ctx) -> { for (MessageExt m : ms) got.add(new String(m.getBody())); return ConsumeConcurrentlyStatus.CONSUME_SUCCESS; });
+            c.start(); Thread.sleep(4000); p.send(new Message(topic, "a", "new".getBytes())); waitFor(() -> got.contains("new"), 20000); Thread.sleep(500); c.shutdown();
+            List<String> g = new ArrayList<>(got); Collections.sort(g); out(f, g); break; }
+        case "litecommit": {
+            for (int i = 0; i < 6; i++) p.send(new Message(topic, "a", ("x" + i).getBytes()));
+            DefaultLitePullConsumer c = new DefaultLitePullConsumer("CF_lc" + run); c.setNamesrvAddr(ns); c.setInstanceName("CF_lc" + run);
+            c.subscribe(topic, "*"); c.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET); c.setAutoCommit(false); c.setPullBatchSize(2); c.start();
+            int n = 0; long end = System.currentTimeMillis() + 20000;
+            while (n < 6 && System.currentTimeMillis() < end) n += c.poll(1000).size();
+            c.commitSync(); Thread.sleep(6000); c.shutdown();
+            for (int i = 0; i < 2; i++) p.send(new Message(topic, "a", ("y" + i).getBytes()));
+            DefaultLitePullConsumer c2 = new DefaultLitePullConsumer("CF_lc" + run); c2.setNamesrvAddr(ns); c2.setInstanceName("CF_lc2" + run);
+            c2.subscribe(topic, "*"); c2.start(); List<String> got = new ArrayList<>(); end = System.currentTimeMillis() + 20000;
+            while (got.size() < 2 && System.currentTimeMillis() < end) for (MessageExt m : c2.poll(1000)) got.add(new String(m.getBody()));
+            c2.shutdown(); Collections.sort(got); out(f, "first=" + n + " resumed=" + got); break; }
+        case "litetime": {
+            for (int i = 0; i < 3; i++) p.send(new Message(topic, "a", ("o" + i).getBytes()), new MessageQueue(topic, r0(p, topic), 0));
+            Thread.sleep(1200); long ts = System.currentTimeMillis(); Thread.sleep(300);
+            for (int i = 0; i < 2; i++) p.send(new Message(topic, "a", ("n" + i).getBytes()), new MessageQueue(topic, "broker-a", 0));
+            DefaultLitePullConsumer c = new DefaultLitePullConsumer("CF_lt" + run); c.setNamesrvAddr(ns); c.setInstanceName("CF_lt" + run); c.start();
+            MessageQueue q0 = null; for (MessageQueue q : c.fetchMessageQueues(topic)) if (q.getQueueId() == 0) q0 = q;
+            long off = c.offsetForTimestamp(q0, ts); c.assign(Collections.singletonList(q0)); c.seekToEnd(q0);
+            Thread.sleep(300); int atEnd = c.poll(1000).size(); c.seek(q0, off); List<String> got = new ArrayList<>(); long end = System.currentTimeMillis() + 10000;
+            while (got.size() < 2 && System.currentTimeMillis() < end) for (MessageExt m : c.poll(1000)) got.add(new String(m.getBody()));
+            c.shutdown(); out(f, "offsetForTs=" + off + " afterSeekToEnd=" + atEnd + " fromTs=" + got); break; }
+        case "orderlybc": {
+            for (int i = 0; i < 4; i++) p.send(new Message(topic, "a", ("x" + i).getBytes()), (mqs, m, arg) -> mqs.get(0), null);
+            DefaultMQPushConsumer c = push("CF_obc", topic, "*"); c.setInstanceName("obc" + run); c.setMessageModel(MessageModel.BROADCASTING);
+            List<String> got = Collections.synchronizedList(new ArrayList<>());
+            c.registerMessageListener((MessageListenerOrderly) (ms, ctx) -> { for (MessageExt m : ms) got.add(new String(m.getBody())); return ConsumeOrderlyStatus.SUCCESS; });
+            c.start(); waitFor(() -> got.size() >= 4, 20000); Thread.sleep(500); c.shutdown(); out(f, got); break; }
         case "tx": {
             TransactionMQProducer tp = new TransactionMQProducer("PF_tx" + run); tp.setNamesrvAddr(ns); tp.setInstanceName("PF_tx" + run);
             List<String> checks = Collections.synchronizedList(new ArrayList<>());
