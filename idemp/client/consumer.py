@@ -11,6 +11,7 @@ released.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from collections.abc import Callable
@@ -61,15 +62,27 @@ class ConsumeService(Protocol):
         ...
 
 
+EXPRESSION_TYPES = ("TAG", "SQL92")
+
+
 @dataclass
 class Subscription:
     topic: str
     expression: str
     sub_version: int
-    tags: frozenset[str] | None  # None: every message
+    tags: frozenset[str] | None  # None: every message (the broker filters SQL92)
+    expression_type: str = "TAG"
 
     @classmethod
-    def build(cls, topic: str, expression: str) -> Subscription:
+    def build(cls, topic: str, expression: str, expression_type: str = "TAG") -> Subscription:
+        if expression_type not in EXPRESSION_TYPES:
+            raise ValueError(
+                f"expression_type {expression_type!r} is not one of {', '.join(EXPRESSION_TYPES)}"
+            )
+        if expression_type == "SQL92":
+            if not expression.strip():
+                raise ValueError(f"an SQL92 subscription to {topic} needs an expression")
+            return cls(topic, expression, int(time.time() * 1000), None, "SQL92")
         parsed = parse_subscription(expression)
         return cls(
             topic,
@@ -89,7 +102,7 @@ class Subscription:
             "codeSet": [java_string_hash(t) for t in tags],
             "subVersion": self.sub_version,
             "classFilterMode": False,
-            "expressionType": "TAG",
+            "expressionType": self.expression_type,
         }
 
 
@@ -165,8 +178,11 @@ class PushConsumer:
         return self.settings.message_model == MessageModel.CLUSTERING
 
     # --- facade (any thread) ----------------------------------------------------
-    def subscribe(self, topic: str, expression: str = "*") -> None:
-        self.subscriptions[topic] = Subscription.build(topic, expression)
+    def subscribe(self, topic: str, expression: str = "*", expression_type: str = "TAG") -> None:
+        """``expression``: tags (``"A || B"``, ``"*"``), or with ``expression_type="SQL92"``
+        a selector over the message's properties (``"a > 5 AND TAGS = 'A'"``), which the
+        broker evaluates (RocketMQ needs ``enablePropertyFilter=true``; checked at start)."""
+        self.subscriptions[topic] = Subscription.build(topic, expression, expression_type)
 
     def start(self, timeout: float | None = None) -> None:
         """Connect, register and take queues. Fails with a clear error when no
@@ -202,6 +218,35 @@ class PushConsumer:
             inst.release()
 
     # --- loop side ----------------------------------------------------------------
+    async def _check_filters(self) -> None:
+        """CHECK_CLIENT_CONFIG for each SQL92 subscription, at each broker of its topic,
+        as the Java consumer asks at start: a broker that does not filter by properties,
+        or an expression it cannot compile, is an error now rather than an empty stream."""
+        inst = self.instance
+        assert inst is not None
+        for sub in self.subscriptions.values():
+            if sub.expression_type == "TAG":
+                continue
+            route = inst.routes.get(sub.topic)
+            names = {q.broker_name for q in route.subscribe_queues()} if route else set()
+            for name in sorted(names):
+                addr = inst.master_addr(name)
+                if addr is None:
+                    continue
+                body = {
+                    "clientId": inst.client_id,
+                    "group": self.group,
+                    "subscriptionData": sub.heartbeat_data(),
+                }
+                resp = await inst.broker_call(
+                    addr, RequestCode.CHECK_CLIENT_CONFIG, {}, json.dumps(body).encode()
+                )
+                if resp.code != ResponseCode.SUCCESS:
+                    raise ValueError(
+                        f"{self.group}: broker {name} refuses the SQL92 subscription to "
+                        f"{sub.topic} ({sub.expression!r}): {resp.remark} (code {resp.code})"
+                    )
+
     async def _start(self) -> None:
         inst = self.instance
         assert inst is not None
@@ -223,6 +268,7 @@ class PushConsumer:
                 log.warning("%s: topic %s does not exist (yet)", self.group, topic)
         if self.group in inst.consumers:
             raise ValueError(f"consumer group {self.group} is already running in this process")
+        await self._check_filters()
         inst.consumers[self.group] = self
         self.service.service_start(self)
         await inst.heartbeat_all()
@@ -566,7 +612,7 @@ class PushConsumer:
                 "suspendTimeoutMillis": str(s.suspend_timeout_ms),
                 "subscription": sub.expression,
                 "subVersion": str(sub.sub_version),
-                "expressionType": "TAG",
+                "expressionType": sub.expression_type,
             }
             addr = inst.master_addr(mq.broker_name)
             try:

@@ -98,8 +98,9 @@ class RunnerBase:
         self._async_slots: asyncio.Semaphore | None = None
 
     # --- facade ------------------------------------------------------------------
-    def subscribe(self, topic: str, expression: str = "*") -> None:
-        self.consumer.subscribe(topic, expression)
+    def subscribe(self, topic: str, expression: str = "*", expression_type: str = "TAG") -> None:
+        """Tags, or an SQL92 selector over properties (see PushConsumer.subscribe)."""
+        self.consumer.subscribe(topic, expression, expression_type)
 
     def start(self, timeout: float | None = None) -> None:
         self.consumer.start(timeout)
