@@ -114,7 +114,7 @@ class PushRunner:
         self.group = _check_group(group, "PushRunner")
         self.endpoint = endpoint
         self.threads = threads
-        self.subscriptions: dict[str, str] = {}
+        self.subscriptions: dict[str, tuple[str, str]] = {}
         self.consumer: Any = None
         self._busy = 0
         self._lock = threading.Lock()
@@ -130,14 +130,19 @@ class PushRunner:
 
         self._fn = counted
 
-    def subscribe(self, topic: str, tags: str = "*") -> None:
-        self.subscriptions[topic] = tags
+    def subscribe(self, topic: str, tags: str = "*", expression_type: str = "TAG") -> None:
+        """``tags``, or with ``expression_type="SQL92"`` a selector over properties."""
+        if expression_type not in ("TAG", "SQL92"):
+            raise ValueError(f"expression_type {expression_type!r} is not one of TAG, SQL92")
+        self.subscriptions[topic] = (tags, expression_type)
 
     def start(self) -> None:
         from rocketmq import ClientConfiguration, Credentials, FilterExpression, PushConsumer
+        from rocketmq.grpc_protocol import FilterType
 
         config = ClientConfiguration(self.endpoint, Credentials())
-        subs = {t: FilterExpression(e) for t, e in self.subscriptions.items()}
+        kinds = {"TAG": FilterType.TAG, "SQL92": FilterType.SQL}
+        subs = {t: FilterExpression(e, kinds[k]) for t, (e, k) in self.subscriptions.items()}
         options = {} if self.threads is None else {"consumption_thread_count": self.threads}
         consumer = PushConsumer(
             config, self.group, listener(self._fn, group=self.group), subs, **options

@@ -62,6 +62,7 @@ class ListenerSpec:
     latency: Any = None  # set by the worker: a histogram child, or None
     started: bool = False
     strategies: list[Strategy] = field(default_factory=list)  # built here: closed at stop
+    sql: str | None = None  # an SQL92 selector over properties, instead of tags
 
     def lag(self) -> int:
         """Messages stored in the broker and not yet consumed by this instance's queues
@@ -137,6 +138,7 @@ class App:
         name: str | None = None,
         consume_from: ConsumeFrom = ConsumeFrom.LAST_OFFSET,
         protocol: str = "remoting",
+        sql: str | None = None,
     ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
         """Declare a listener: ``topic``, ``tags`` (a tag expression), consumer ``group``,
         ``orderly`` (per-queue order, the broker's queue locks) or concurrent, ``key`` and
@@ -146,8 +148,15 @@ class App:
         it on RocketMQ 5's official client (``PushConsumer``, the ``rocketmq5`` extra)
         against the proxy at ``App(endpoint=...)``/``IDEMP_ENDPOINT``: order comes from a
         FIFO group there, not from ``orderly``. The function is returned unchanged, so it
-        can still be called directly."""
+        can still be called directly. ``sql`` subscribes with an SQL92 selector over the
+        messages' properties instead of tags (RocketMQ 4.x brokers need
+        ``enablePropertyFilter=true``; the runner checks with them at start)."""
         check_group(f"listener on {topic}", group)
+        if sql is not None and (not sql.strip() or tags != "*"):
+            raise ValueError(
+                f"listener on {topic}: sql= is a whole selector (TAGS included: "
+                "\"TAGS = 'A' AND ...\"), not an addition to tags=, and not empty"
+            )
         if protocol not in ("remoting", "grpc"):
             raise ValueError(f"listener on {topic}: protocol {protocol!r} is not remoting or grpc")
         if protocol == "grpc" and (orderly or batch_size != 1):
@@ -175,6 +184,7 @@ class App:
                     batch_size,
                     consume_from,
                     protocol,
+                    sql=sql,
                 )
             )
             return fn
@@ -220,7 +230,7 @@ class App:
                 endpoint=self._grpc_endpoint(),
                 threads=spec.threads,
             )
-            spec.runner.subscribe(spec.topic, spec.tags)
+            spec.runner.subscribe(*_subscription(spec))
             return
         consumer = ConsumerSettings(group=spec.group, consume_from=spec.consume_from)
         if spec.threads is not None:
@@ -229,7 +239,7 @@ class App:
         client = self._client_settings()
         runner_cls = OrderlyRunner if spec.orderly else ConcurrentRunner
         spec.runner = runner_cls(spec.listener, settings=consumer, client=client)
-        spec.runner.subscribe(spec.topic, spec.tags)
+        spec.runner.subscribe(*_subscription(spec))
 
     def _client_settings(self) -> ClientSettings:
         if self._client is not None:
@@ -387,3 +397,10 @@ def _timed(listener: Any, spec: ListenerSpec) -> Any:
 
 
 __all__ = ["App", "ListenerSpec"]
+
+
+def _subscription(spec: ListenerSpec) -> tuple[str, str, str]:
+    """(topic, expression, expression type) for a runner's subscribe."""
+    if spec.sql is not None:
+        return spec.topic, spec.sql, "SQL92"
+    return spec.topic, spec.tags, "TAG"

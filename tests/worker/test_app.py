@@ -99,3 +99,41 @@ def test_serve_inside_asyncio_with_sync_and_async_listeners(
     assert not app.running
     assert sorted(seen["sync"]) == sorted(f"A{i}" for i in range(10))
     assert sorted(seen["async"]) == sorted(f"B{i}" for i in range(10))
+
+
+def test_a_listener_subscribed_with_an_sql92_selector(
+    make_broker: Callable[..., BrokerProcess], tmp_path: Any
+) -> None:
+    """``sql=`` instead of ``tags=``: the broker (here with enablePropertyFilter=true, as a
+    RocketMQ 4.x broker needs it) delivers only what the selector selects."""
+    broker = make_broker(enablePropertyFilter="true")
+    seen: list[str] = []  # list.append is atomic: the consume threads need no lock
+    app = App("svc", namesrv_addr=broker.namesrv_addr)
+    backend = f"sqlite:///{tmp_path / 'dedup.db'}"
+
+    @app.listener(
+        "Fares",
+        group="gs",
+        strategy=backend,
+        consume_from=ConsumeFrom.FIRST_OFFSET,
+        sql="cents >= 1000 AND TAGS = 'ride'",
+    )
+    def big_fares(message: Message) -> None:
+        seen.append(message.keys[0])
+
+    producer = Producer(broker.namesrv_addr, "p").start()
+    for i, (cents, tag) in enumerate(
+        [(500, "ride"), (1500, "ride"), (2500, "tip"), (1000, "ride")]
+    ):
+        body = json.dumps({"cents": cents}).encode()
+        props = {"cents": str(cents)}
+        producer.send(OutMessage("Fares", body, keys=[f"f{i}"], tags=tag, properties=props))
+    producer.shutdown()
+    app.start()
+    try:
+        wait_for(lambda: len(seen) >= 2, 30, "the two big ride fares")
+        assert sorted(seen) == ["f1", "f3"]
+    finally:
+        app.stop()
+    with pytest.raises(ValueError, match="sql= is a whole selector"):
+        app.listener("Fares", group="g2", tags="ride", sql="cents > 1")
