@@ -34,20 +34,18 @@ INTEROP_HOME="$WORK" .venv/bin/python interop/mqadmin_cases.py "127.0.0.1:$NS_PO
 # The Java client's other features, and SQL92 subscriptions, each outcome as seen against
 # RocketMQ 4.9.7 with the same settings (transaction checks, enablePropertyFilter) in
 # interop/features.expected and interop/sqlfilter.expected.
+# compare NAME EXPECTED OUT: the outcomes against idemp's broker beside RocketMQ's
+compare() {
+    if diff "$2" "$3" > "$3.diff"; then
+        echo "idemp broker: $1: $(wc -l < "$3")/$(wc -l < "$2") as on RocketMQ 4.9.7"
+    else
+        echo "idemp broker: $1 differ from RocketMQ 4.9.7 (< RocketMQ, > idemp):"
+        cat "$3.diff"
+        rc=1
+    fi
+}
 "${JAVA_RUN[@]}" Features "127.0.0.1:$NS_PORT" x 2>/dev/null | sed -n 's/^FEAT //p' > "$WORK/features.out" || true
-if diff interop/features.expected "$WORK/features.out" > "$WORK/features.diff"; then
-    echo "idemp broker: Java client features: $(wc -l < "$WORK/features.out")/$(wc -l < interop/features.expected) as on RocketMQ 4.9.7"
-else
-    echo "idemp broker: Java client features differ from RocketMQ 4.9.7 (< RocketMQ, > idemp):"
-    cat "$WORK/features.diff"
-    rc=1
-fi
+compare "Java client features" interop/features.expected "$WORK/features.out"
 "${JAVA_RUN[@]}" SqlFilter "127.0.0.1:$NS_PORT" x 2>/dev/null | grep '^SQL' > "$WORK/sql.out" || true
-if diff interop/sqlfilter.expected "$WORK/sql.out" > "$WORK/sql.diff"; then
-    echo "idemp broker: SQL92 subscriptions: $(wc -l < "$WORK/sql.out")/$(wc -l < interop/sqlfilter.expected) delivered as on RocketMQ 4.9.7"
-else
-    echo "idemp broker: SQL92 subscriptions differ from RocketMQ 4.9.7 (< RocketMQ, > idemp):"
-    cat "$WORK/sql.diff"
-    rc=1
-fi
+compare "SQL92 subscriptions" interop/sqlfilter.expected "$WORK/sql.out"
 exit $rc

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
 import time
 from typing import TYPE_CHECKING
 
@@ -24,7 +23,7 @@ from idemp.remoting.message import (
 )
 from idemp.remoting.msgid import offset_msg_id
 
-from .send import REQUIRED_FIELDS, count_put, msg_check, v1_header
+from .send import accept, count_put
 
 if TYPE_CHECKING:
     from .context import Broker, Handler, Peer
@@ -41,16 +40,12 @@ def register(handlers: dict[int, Handler]) -> None:
 
 
 async def send_reply(server: Broker, conn: Peer, request: RemotingCommand) -> RemotingCommand:
-    cmd = v1_header(request)
-    cmd.require(*REQUIRED_FIELDS)
     store = server.store
     assert store is not None
-    checked = msg_check(server, conn, request, cmd)
-    if isinstance(checked, RemotingCommand):
-        return checked
-    tcfg, queue_id = checked
-    if queue_id < 0:
-        queue_id = random.randrange(max(tcfg.writeQueueNums, 1))
+    accepted = accept(server, conn, request)
+    if isinstance(accepted, RemotingCommand):
+        return accepted
+    cmd, queue_id = accepted
     fields = cmd.ext_fields
     props_text = fields.get("properties", "")
     msg = MessageExt(

@@ -51,7 +51,7 @@ _V2_KEYS = {
     "m": "batch",
     "n": "bname",
 }
-REQUIRED_FIELDS = (
+_REQUIRED = (
     "producerGroup",
     "topic",
     "defaultTopic",
@@ -70,7 +70,7 @@ def register(handlers: dict[int, Handler]) -> None:
     handlers[RequestCode.CONSUMER_SEND_MSG_BACK] = send_back
 
 
-def v1_header(cmd: RemotingCommand) -> RemotingCommand:
+def _v1_header(cmd: RemotingCommand) -> RemotingCommand:
     if cmd.code == RequestCode.SEND_MESSAGE:
         return cmd
     ext = {_V2_KEYS.get(k, k): v for k, v in cmd.ext_fields.items()}
@@ -91,7 +91,7 @@ def _java_bool(value: str | None) -> bool:
     return value is not None and value.strip().lower() == "true"
 
 
-def msg_check(
+def _msg_check(
     server: Broker, conn: Peer, request: RemotingCommand, cmd: RemotingCommand
 ) -> tuple[TopicConfig, int] | RemotingCommand:
     """AbstractSendMessageProcessor.msgCheck: the broker writable, the topic legal and
@@ -144,18 +144,30 @@ def illegal(server: Broker, request: RemotingCommand) -> RemotingCommand:
     )
 
 
-def send_message(server: Broker, conn: Peer, request: RemotingCommand) -> HandlerResult:
-    cmd = v1_header(request)
-    cmd.require(*REQUIRED_FIELDS)
-    store = server.store
-    assert store is not None
-    topic = cmd.ext_fields["topic"]
-    checked = msg_check(server, conn, request, cmd)
+def accept(
+    server: Broker, conn: Peer, request: RemotingCommand
+) -> tuple[RemotingCommand, int] | RemotingCommand:
+    """A send's header in V1 form and the queue it goes to (a random one when it named
+    none), after msgCheck; or msgCheck's refusal."""
+    cmd = _v1_header(request)
+    cmd.require(*_REQUIRED)
+    checked = _msg_check(server, conn, request, cmd)
     if isinstance(checked, RemotingCommand):
         return checked
     tcfg, queue_id = checked
     if queue_id < 0:
         queue_id = random.randrange(max(tcfg.writeQueueNums, 1))
+    return cmd, queue_id
+
+
+def send_message(server: Broker, conn: Peer, request: RemotingCommand) -> HandlerResult:
+    store = server.store
+    assert store is not None
+    accepted = accept(server, conn, request)
+    if isinstance(accepted, RemotingCommand):
+        return accepted
+    cmd, queue_id = accepted
+    topic = cmd.ext_fields["topic"]
     props_text = cmd.ext_fields.get("properties", "")
     if (
         len(cmd.body) > server.config.maxMessageSize

@@ -445,19 +445,18 @@ class _Parser:
         return self.as_bool(node)
 
     def or_expr(self) -> _Node:
-        left = self.and_expr()
-        while self.peek().kind == "OR":
-            self.take()
-            right = self.and_expr()
-            left = self.logic("OR", self.as_bool(left), self.as_bool(right))
-        return left
+        return self.chain("OR", self.and_expr)
 
     def and_expr(self) -> _Node:
-        left = self.equality()
-        while self.peek().kind == "AND":
+        return self.chain("AND", self.equality)
+
+    def chain(self, op: str, operand: Callable[[], _Node]) -> _Node:
+        """``operand (op operand)*``, left-associative."""
+        left = operand()
+        while self.peek().kind == op:
             self.take()
-            right = self.equality()
-            left = self.logic("AND", self.as_bool(left), self.as_bool(right))
+            right = operand()
+            left = self.logic(op, self.as_bool(left), self.as_bool(right))
         return left
 
     def equality(self) -> _Node:
