@@ -355,8 +355,9 @@ def _is_null(f: _Fn, negated: bool) -> _Fn:
     return lambda p: f(p) is None
 
 
-def _all(fns: tuple[_Fn, ...]) -> _Fn:
-    """AND: left to right, stopping at the first FALSE; unknown if any was unknown."""
+def _connective(fns: tuple[_Fn, ...], decisive: bool) -> _Fn:
+    """AND (decisive FALSE) and OR (decisive TRUE): left to right, stopping at the
+    decisive value; otherwise unknown if any was unknown, else the other value."""
 
     def fn(p: Mapping[str, str]) -> Any:
         unknown = False
@@ -364,25 +365,9 @@ def _all(fns: tuple[_Fn, ...]) -> _Fn:
             v = f(p)
             if v is None:
                 unknown = True
-            elif not v:
-                return False
-        return None if unknown else True
-
-    return fn
-
-
-def _any(fns: tuple[_Fn, ...]) -> _Fn:
-    """OR: left to right, stopping at the first TRUE; unknown if any was unknown."""
-
-    def fn(p: Mapping[str, str]) -> Any:
-        unknown = False
-        for f in fns:
-            v = f(p)
-            if v is None:
-                unknown = True
-            elif v:
-                return True
-        return None if unknown else False
+            elif bool(v) is decisive:
+                return decisive
+        return None if unknown else not decisive
 
     return fn
 
@@ -597,7 +582,7 @@ class _Parser:
             right.parts if right.logic == op else (right,)
         )
         fns = tuple(part.fn for part in parts)
-        node = self.boolean(_all(fns) if op == "AND" else _any(fns), left.start, right.end)
+        node = self.boolean(_connective(fns, decisive=op == "OR"), left.start, right.end)
         node.logic = op
         node.parts = parts
         return node
