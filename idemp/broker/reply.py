@@ -72,7 +72,7 @@ async def send_reply(server: Broker, conn: Peer, request: RemotingCommand) -> Re
         response.ext_fields.update(msgId="0", queueId=str(queue_id), queueOffset="0")
     if STORE_REPLY:
         try:
-            result = store.put(msg, keep_wait=True, apply_delay=False)
+            result = store.put(msg, keep_wait=True)  # stored as sent: WAIT kept, DELAY applied
         except MessageFormatError as exc:
             log.warning("reply message not stored: %s", exc)
             return response
