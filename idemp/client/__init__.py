@@ -16,8 +16,8 @@ from .producer import (
     SendResult,
     SendStatus,
     TransactionState,
+    create_reply,
 )
-from .reply import create_reply
 from .route import MessageQueue
 from .settings import (
     Allocation,

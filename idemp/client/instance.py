@@ -19,6 +19,7 @@ from idemp.remoting import MessageExt, RemotingCommand, RequestCode, ResponseCod
 
 from . import running_info
 from .loop import LoopThread
+from .reply import deliver
 from .route import MASTER_ID, MessageQueue, TopicRoute
 from .settings import ClientSettings
 from .transport import (
@@ -340,8 +341,6 @@ class ClientInstance:
         if code == RequestCode.CONSUME_MESSAGE_DIRECTLY:
             return self._consume_directly(cmd)
         if code == RequestCode.PUSH_REPLY_MESSAGE_TO_CLIENT:
-            from .reply import deliver
-
             return deliver(self.replies, cmd)
         if code == RequestCode.RESET_CONSUMER_CLIENT_OFFSET:
             group = cmd.ext_fields.get("group", "")

@@ -99,6 +99,23 @@ class OutMessage:
         return props
 
 
+def create_reply(request: Message, body: bytes) -> OutMessage:
+    """The reply to ``request`` (MessageUtil.createReplyMessage): to the requester's
+    cluster's reply topic, with its correlation id, client id and time to live."""
+    cluster = request.property(Prop.CLUSTER)
+    if cluster is None:
+        raise ValueError(
+            f"cannot reply to message {request.msg_id}: it has no {Prop.CLUSTER} property "
+            "(only messages stored by a broker do)"
+        )
+    props = {Prop.MSG_TYPE: REPLY_MESSAGE_FLAG}
+    for name in (Prop.CORRELATION_ID, Prop.REPLY_TO_CLIENT, Prop.TTL):
+        value = request.property(name)
+        if value is not None:
+            props[name] = value
+    return OutMessage(f"{cluster}_REPLY_TOPIC", body, properties=props)
+
+
 @dataclass
 class SendResult:
     status: SendStatus

@@ -1,10 +1,10 @@
-"""Request-reply, as RocketMQ 4.x's Java client has it (``producer.request``).
+"""The requester's side of request-reply (the Java client's ``producer.request``).
 
-The requester sends an ordinary message carrying a correlation id, its own client id
-and a time to live; a consumer answers with ``create_reply(message, body)`` sent by any
-producer; the broker pushes that reply straight to the requester's connection
-(PUSH_REPLY_MESSAGE_TO_CLIENT), where it completes the waiting request. No consumer
-group reads the reply topic.
+A request carries a correlation id, this client's id and a time to live
+(``Producer.request``); a consumer answers with ``create_reply(message, body)``; the
+broker pushes that reply straight to this client's connection
+(PUSH_REPLY_MESSAGE_TO_CLIENT), where ``deliver`` completes the waiting request. No
+consumer group reads the reply topic.
 """
 
 from __future__ import annotations
@@ -17,33 +17,10 @@ from types import MappingProxyType
 
 from idemp.message import Message
 from idemp.remoting import MessageSysFlag, RemotingCommand, ResponseCode
-from idemp.remoting.codes import REPLY_MESSAGE_FLAG, Prop
+from idemp.remoting.codes import Prop
 from idemp.remoting.message import decode_properties
 
-from .producer import OutMessage
-
 log = logging.getLogger("idemp.client.reply")
-
-
-def create_reply(request: Message, body: bytes) -> OutMessage:
-    """The reply to ``request`` (MessageUtil.createReplyMessage): to the requester's
-    cluster's reply topic, with its correlation id, client id and time to live."""
-    cluster = request.property(Prop.CLUSTER)
-    if cluster is None:
-        raise ValueError(
-            f"cannot reply to message {request.msg_id}: it has no {Prop.CLUSTER} property "
-            "(only messages stored by a broker do)"
-        )
-    props = {Prop.MSG_TYPE: REPLY_MESSAGE_FLAG}
-    for name in (Prop.CORRELATION_ID, Prop.REPLY_TO_CLIENT, Prop.TTL):
-        value = request.property(name)
-        if value is not None:
-            props[name] = value
-    return OutMessage(f"{cluster}_REPLY_TOPIC", body, properties=props)
-
-
-def is_reply(properties: dict[str, str]) -> bool:
-    return properties.get(Prop.MSG_TYPE) == REPLY_MESSAGE_FLAG
 
 
 def deliver(waiting: dict[str, asyncio.Future[Message]], cmd: RemotingCommand) -> RemotingCommand:
