@@ -8,7 +8,9 @@ brokerStatus``, ``clusterList``, ``topicStatus``, ``consumerProgress``,
 
 from __future__ import annotations
 
+import os
 import shutil
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from idemp.remoting import RemotingCommand, RequestCode, ResponseCode
@@ -55,6 +57,20 @@ def _human_bytes(n: int) -> str:
     return f"{value:.1f} {'KMGTPE'[exp - 1]}iB"
 
 
+def disk_used_ratio(path: Path) -> float:
+    """UtilAll.getDiskPartitionSpaceUsedPercent: used over used + usable (the blocks
+    reserved for root count as neither), rounded up to a hundredth; -1 when unknown."""
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return -1.0
+    used = (st.f_blocks - st.f_bfree) * st.f_frsize
+    entire = used + st.f_bavail * st.f_frsize
+    if st.f_blocks <= 0 or entire <= 0:
+        return -1.0
+    return -(-used * 100 // entire) / 100.0
+
+
 def runtime_info(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingCommand:
     """GET_BROKER_RUNTIME_INFO: DefaultMessageStore.getRuntimeInfo + prepareRuntimeInfo."""
     store = server.store
@@ -62,8 +78,8 @@ def runtime_info(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingCo
     stats = store.stats
     info = stats.store_info()
     root = store.root
-    usage = shutil.disk_usage(root)
-    ratio = f"{(usage.total - usage.free) / usage.total:.2f}" if usage.total else "0.00"
+    usage = shutil.disk_usage(root)  # total and usable, as commitLogDirCapacity reads them
+    ratio = repr(disk_used_ratio(root))  # Java's Double.toString for these values
     info.update(
         {
             "commitLogMaxOffset": str(store.commitlog.end),

@@ -26,7 +26,9 @@ class NamesrvState:
         self.write_wiped: set[str] = set()  # broker names whose write bit is off
         # topic -> the broker's topic table version when its route was deleted here
         self.deleted_routes: dict[str, int] = {}
-        self.settings: dict[str, str] = {"orderMessageEnable": "false", "clusterTest": "false"}
+        # NamesrvConfig + NettyServerConfig values changed by UPDATE_NAMESRV_CONFIG
+        self.settings: dict[str, str] = {}
+        self.config_path = path.with_name("namesrv.properties")
 
     def put(self, namespace: str, key: str, value: str) -> None:
         self.kv.setdefault(namespace, {})[key] = value
@@ -39,6 +41,14 @@ class NamesrvState:
         table = self.kv.get(namespace)  # an emptied namespace stays, as in RocketMQ
         if table is not None and table.pop(key, None) is not None:
             self._persist()
+
+    def persist_settings(self, settings: dict[str, str]) -> None:
+        """Configuration.persist: every setting, as MixAll.properties2String writes them."""
+        text = "".join(f"{k}={v}\n" for k, v in settings.items())
+        self.config_path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.config_path.with_suffix(".tmp")
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(self.config_path)
 
     def _persist(self) -> None:
         write_json(self.path, {"configTable": self.kv})

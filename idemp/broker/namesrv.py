@@ -14,6 +14,7 @@ from idemp.remoting.codes import DEFAULT_TOPIC, Perm
 
 from .config import read_properties
 from .kvconfig import ORDER_TOPIC_CONFIG
+from .rocketmq_defaults import namesrv_settings
 
 if TYPE_CHECKING:
     from .context import Broker, Handler, Peer
@@ -243,11 +244,9 @@ def unit_topics(flag: int, without: int) -> Handler:
 
 
 def _namesrv_settings(server: Broker) -> dict[str, str]:
-    return {
-        "listenPort": server.namesrv_addr.rpartition(":")[2],
-        "kvConfigPath": str(server.namesrv.path),
-        **server.namesrv.settings,
-    }
+    state = server.namesrv
+    port = server.namesrv_addr.rpartition(":")[2]
+    return {**namesrv_settings(port, str(state.path), str(state.config_path)), **state.settings}
 
 
 def get_config(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingCommand:
@@ -256,11 +255,15 @@ def get_config(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingComm
 
 
 def update_config(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingCommand:
-    """Only the settings the nameserver has are updated; the paths cannot be."""
+    """As Configuration.update: only keys the nameserver has change (the value is
+    reported, nothing rebinds), the paths cannot, and all of it is written to
+    ``configStorePath``."""
     props = read_properties(cmd.body.decode("utf-8", errors="replace")) if cmd.body else {}
     if "kvConfigPath" in props or "configStorePath" in props:
         return cmd.response(ResponseCode.NO_PERMISSION, "Can not update config path")
+    known = _namesrv_settings(server)
     for key, value in props.items():
-        if key in server.namesrv.settings:
-            server.namesrv.settings[key] = value.strip()
+        if key in known:
+            server.namesrv.settings[key] = value
+    server.namesrv.persist_settings(_namesrv_settings(server))
     return cmd.response(ResponseCode.SUCCESS)

@@ -172,3 +172,39 @@ def derived(listen_port: int, store_root: str, broker_ip: str) -> dict[str, str]
     if home is not None:  # RocketMQ leaves a null setting out
         out["rocketmqHome"] = home
     return out
+
+
+# The nameserver's NamesrvConfig and NettyServerConfig as RocketMQ 4.9.7's reports them
+# (GET_NAMESRV_CONFIG; ``mqadmin getNamesrvConfig``); listenPort and the two paths are
+# the embedded nameserver's own.
+NAMESRV_STATIC: dict[str, str] = {
+    "productEnvName": "center",
+    "clusterTest": "false",
+    "orderMessageEnable": "false",
+    "serverWorkerThreads": "8",
+    "serverCallbackExecutorThreads": "0",
+    "serverSelectorThreads": "3",
+    "serverOnewaySemaphoreValue": "256",
+    "serverAsyncSemaphoreValue": "64",
+    "serverChannelMaxIdleTimeSeconds": "120",
+    "serverSocketSndBufSize": "0",
+    "serverSocketRcvBufSize": "0",
+    "writeBufferHighWaterMark": "0",
+    "writeBufferLowWaterMark": "0",
+    "serverSocketBacklog": "1024",
+    "serverPooledByteBufAllocatorEnable": "true",
+    "useEpollNativeSelector": "false",
+}
+
+
+def namesrv_settings(listen_port: str, kv_path: str, config_path: str) -> dict[str, str]:
+    out = {
+        "listenPort": listen_port,
+        "kvConfigPath": kv_path,
+        "configStorePath": config_path,
+        **NAMESRV_STATIC,
+    }
+    home = os.environ.get("ROCKETMQ_HOME")
+    if home is not None:  # a null rocketmqHome is left out, as RocketMQ leaves it
+        out["rocketmqHome"] = home
+    return out

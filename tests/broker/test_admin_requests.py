@@ -6,12 +6,14 @@ in ``make test``, each exact."""
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from idemp.broker import admin_stats
 from idemp.broker.process import BrokerProcess
 from idemp.remoting import RemotingCommand, RequestCode, ResponseCode
 from idemp.remoting.jsonlenient import loads_fastjson
@@ -281,3 +283,62 @@ def test_namesrv_kv_config_and_write_permission(broker: BrokerProcess) -> None:
     assert wiped["queueDatas"][0]["perm"] == 4 and back["queueDatas"][0]["perm"] == 6
     assert add.ext_fields["addTopicCount"] == wipe.ext_fields["wipeTopicCount"]
     assert f"listenPort={broker.namesrv_addr.rsplit(':', 1)[1]}" in config.body.decode()
+
+
+def _props(body: bytes) -> dict[str, str]:
+    return dict(line.split("=", 1) for line in body.decode().splitlines() if line)
+
+
+def test_namesrv_config_as_rocketmq_reports_and_updates_it(broker: BrokerProcess) -> None:
+    """mqadmin getNamesrvConfig / updateNamesrvConfig, as on RocketMQ 4.9.7 (seen there):
+    NamesrvConfig and NettyServerConfig, an unknown key accepted and dropped, a known one
+    reported changed and written to configStorePath, the paths refused."""
+    with RawClient(broker.namesrv_addr) as ns:
+        before = _props(ns.request(RequestCode.GET_NAMESRV_CONFIG).body)
+        body = b"serverWorkerThreads=16\nnoSuchKey=1\n"
+        update = ns.request(RequestCode.UPDATE_NAMESRV_CONFIG, body=body)
+        after = _props(ns.request(RequestCode.GET_NAMESRV_CONFIG).body)
+        path = ns.request(RequestCode.UPDATE_NAMESRV_CONFIG, body=b"configStorePath=/tmp/x\n")
+        ns.request(RequestCode.UPDATE_NAMESRV_CONFIG, body=b"serverWorkerThreads=8\n")
+    port = broker.namesrv_addr.rsplit(":", 1)[1]
+    config = broker.store / "config"
+    home = {"rocketmqHome": os.environ["ROCKETMQ_HOME"]} if "ROCKETMQ_HOME" in os.environ else {}
+    assert before == {
+        **home,
+        "listenPort": port,
+        "kvConfigPath": str(config / "kvConfig.json"),
+        "configStorePath": str(config / "namesrv.properties"),
+        "productEnvName": "center",
+        "clusterTest": "false",
+        "orderMessageEnable": "false",
+        "serverWorkerThreads": "8",
+        "serverCallbackExecutorThreads": "0",
+        "serverSelectorThreads": "3",
+        "serverOnewaySemaphoreValue": "256",
+        "serverAsyncSemaphoreValue": "64",
+        "serverChannelMaxIdleTimeSeconds": "120",
+        "serverSocketSndBufSize": "0",
+        "serverSocketRcvBufSize": "0",
+        "writeBufferHighWaterMark": "0",
+        "writeBufferLowWaterMark": "0",
+        "serverSocketBacklog": "1024",
+        "serverPooledByteBufAllocatorEnable": "true",
+        "useEpollNativeSelector": "false",
+    }
+    assert update.code == ResponseCode.SUCCESS
+    assert after == {**before, "serverWorkerThreads": "16"}
+    assert (path.code, path.remark) == (ResponseCode.NO_PERMISSION, "Can not update config path")
+    assert _props((config / "namesrv.properties").read_bytes()) == before
+
+
+def test_disk_ratio_counts_used_over_used_and_usable(monkeypatch: pytest.MonkeyPatch) -> None:
+    """UtilAll.getDiskPartitionSpaceUsedPercent, with this machine's figures when RocketMQ
+    4.9.7 reported 0.25 (df's Use%) and idemp 0.70 (blocks reserved for root counted as
+    used): used = blocks - free, over used + available, rounded up to a hundredth."""
+    fake = os.statvfs_result((4096, 4096, 66053021, 59482343, 20027050, 0, 0, 0, 0, 255))
+    monkeypatch.setattr(admin_stats.os, "statvfs", lambda path: fake)
+    assert admin_stats.disk_used_ratio(Path("/any")) == 0.25
+    exact = os.statvfs_result((4096, 4096, 100, 50, 50, 0, 0, 0, 0, 255))
+    monkeypatch.setattr(admin_stats.os, "statvfs", lambda path: exact)
+    assert admin_stats.disk_used_ratio(Path("/any")) == 0.5
+    assert repr(admin_stats.disk_used_ratio(Path("/any"))) == "0.5"  # as Java prints it
