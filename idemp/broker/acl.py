@@ -15,6 +15,7 @@ import hmac
 import ipaddress
 import logging
 import os
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +33,9 @@ _PERMS = {"DENY": DENY, "PUB": PUB, "SUB": SUB, "PUB|SUB": PUB | SUB, "SUB|PUB":
 # Permission.ADMIN_CODE: UPDATE_AND_CREATE_TOPIC, UPDATE_BROKER_CONFIG,
 # DELETE_TOPIC_IN_BROKER, UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, DELETE_SUBSCRIPTIONGROUP
 ADMIN_CODES = frozenset({17, 25, 215, 200, 207})
+# ACL changes and the account list (secrets included) need an admin account here; RocketMQ
+# 4.9.7 lets any signed account send them (acl_admin.py)
+ACL_ADMIN_CODES = frozenset({50, 51, 53, 54})
 RETRY_PREFIX = "%RETRY%"
 TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"
 # RocketMQ's broker leaves AclException to NettyRemotingAbstract, which answers
@@ -145,6 +149,8 @@ class PlainAcl:
     accounts: dict[str, Account]
     global_white: list[AddressMatcher] = field(default_factory=list)
     path: str = ""
+    # DataVersion (counter, timestamp ms): the file's ``dataVersion``, else 0 at load time
+    version: tuple[int, int] = (0, 0)
 
     def check(self, cmd: RemotingCommand, peer_host: str) -> None:
         """Raise AclDenied unless ``cmd`` from ``peer_host`` may proceed
@@ -166,7 +172,7 @@ class PlainAcl:
             raise AclDenied(f"Check signature failed for accessKey={ak}", ak)
         if needed.get(TRACE_TOPIC) == PUB:
             return
-        if cmd.code in ADMIN_CODES and not owned.admin:
+        if (cmd.code in ADMIN_CODES or cmd.code in ACL_ADMIN_CODES) and not owned.admin:
             raise AclDenied(
                 f"Need admin permission for request code={cmd.code}, but accessKey={ak} is not",
                 ak,
@@ -259,12 +265,10 @@ def default_acl_path(config: BrokerConfig) -> Path:
     return Path(config.storePathRootDir).absolute().parent / "conf" / "plain_acl.yml"
 
 
-def load_acl(path: str | Path) -> PlainAcl:
-    """Read a plain_acl.yml; every error names the file and the account's access key
-    (RocketMQ's own message also prints the secret; this one does not)."""
+def read_acl_data(p: Path, *, allow_empty: bool = False) -> dict[str, Any]:
+    """The file as YAML data; errors name the file and the place, never its text."""
     import yaml
 
-    p = Path(path)
     try:
         data = yaml.safe_load(p.read_text(encoding="utf-8"))
     except OSError as exc:
@@ -275,13 +279,44 @@ def load_acl(path: str | Path) -> PlainAcl:
         problem = getattr(exc, "problem", None) or "parse error"
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
         raise ConfigError(f"{p}: not valid YAML: {where}{problem}") from None
+    if data is None and allow_empty:
+        return {}  # an emptied file: RocketMQ's admin requests start it afresh
     if not isinstance(data, dict):
         raise ConfigError(f"{p}: expected a mapping with 'accounts'")
+    return data
+
+
+def load_acl(path: str | Path) -> PlainAcl:
+    """Read a plain_acl.yml; every error names the file and the account's access key
+    (RocketMQ's own message also prints the secret; this one does not)."""
+    p = Path(path)
+    return parse_acl_data(read_acl_data(p), p)
+
+
+def parse_acl_data(data: dict[str, Any], p: Path) -> PlainAcl:
     try:
         return _parse_acl(data, p)
     except ConfigError as exc:
         text = str(exc).removeprefix("plain_acl.yml: ")
         raise ConfigError(text if text.startswith(str(p)) else f"{p}: {text}") from None
+
+
+def check_resource_perms(resources: list[str] | None) -> str | None:
+    """Permission.checkResourcePerms: what is wrong with a ``NAME=PERM`` list, if anything."""
+    for resource in resources or []:
+        items = [i for i in resource.split("=") if i]
+        if len(items) != 2:
+            return (
+                f"Parse Resource format error for {resource}.\n"
+                "The expected resource format is 'Res=Perm'. For example: topicA=SUB"
+            )
+        perm = items[1].strip()
+        if perm != "DENY" and parse_perm(perm) == DENY:
+            return (
+                f"Parse resource permission error for {resource}.\n"
+                "The expected permissions are 'SUB' or 'PUB' or 'SUB|PUB' or 'PUB|SUB'."
+            )
+    return None
 
 
 def _parse_acl(data: dict[str, Any], p: Path) -> PlainAcl:
@@ -321,7 +356,14 @@ def _parse_acl(data: dict[str, Any], p: Path) -> PlainAcl:
                 resource = name.strip() if is_topic else RETRY_PREFIX + name.strip()
                 account.perms[resource] = parse_perm(perm)
         accounts[ak] = account
-    return PlainAcl(accounts=accounts, global_white=global_white, path=str(p))
+    version = (0, int(time.time() * 1000))
+    listed = data.get("dataVersion")
+    if isinstance(listed, list) and listed and isinstance(listed[0], dict):
+        try:
+            version = (int(listed[0].get("counter", 0)), int(listed[0].get("timestamp", 0)))
+        except (TypeError, ValueError):
+            raise ConfigError(f"{p}: dataVersion is not a counter and a timestamp") from None
+    return PlainAcl(accounts=accounts, global_white=global_white, path=str(p), version=version)
 
 
 ACL_POLL_S = 0.5

@@ -12,6 +12,7 @@ from typing import Any, Protocol, Union
 
 from idemp.remoting import RemotingCommand
 
+from .acl import PlainAcl
 from .clients import ClientManager
 from .config import BrokerConfig
 from .kvconfig import NamesrvState
@@ -51,6 +52,7 @@ class Broker(Protocol):
     broker_addr: str
     namesrv_addr: str
     namesrv: NamesrvState  # the embedded nameserver's KV config and write permissions
+    acl: PlainAcl | None  # aclEnable=true: the accounts in force (acl_admin changes them)
     config_version: int  # bumped by UPDATE_BROKER_CONFIG (GET_BROKER_CONFIG's version)
     transactions: Any  # transaction.TransactionCheckService, owned by that handler module
     scheduler: Any  # schedule.ScheduleService (its ``progress``: delay level → offset)

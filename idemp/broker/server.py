@@ -231,6 +231,7 @@ class BrokerServer:
     # --- life cycle ----------------------------------------------------------------
     async def start(self) -> None:
         from . import (
+            acl_admin,
             admin,
             admin_clients,
             admin_config,
@@ -261,6 +262,7 @@ class BrokerServer:
             admin_clients,
             admin_config,
             admin_maintenance,
+            acl_admin,
             transaction,
             reply,
         ):
