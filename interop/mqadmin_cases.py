@@ -35,6 +35,51 @@ CASES: list[Case] = [
     ),
     _c("topicList -n {ns}", "TopicAdmin1", "BenchmarkTest", "DefaultCluster_REPLY_TOPIC"),
     _c("topicRoute -n {ns} -t TopicAdmin1", '"readQueueNums":4'),
+    # messages: send, then find them by key, by queue offset, by queue, by pulling
+    _c(
+        "sendMessage -n {ns} -t TopicAdmin1 -p hello-admin -k KADM -c tagA -b broker-a -i 0",
+        "broker-a                          0     SEND_OK",
+    ),
+    _c("queryMsgByKey -n {ns} -t TopicAdmin1 -k KADM", "#Message ID"),
+    _c(
+        "queryMsgByKey -n {ns} -t TopicAdmin1 -k NoSuchKey",
+        "CODE: 208  DESC: query message by key finished, but no message.",
+    ),
+    _c(
+        "queryMsgByOffset -n {ns} -t TopicAdmin1 -b broker-a -i 0 -o 0",
+        "Keys:                [KADM]",
+        "KEYS=KADM, UNIQ_KEY=",
+    ),
+    _c("printMsg -n {ns} -t TopicAdmin1 -s tagA", "BODY: hello-admin"),
+    _c(
+        "printMsgByQueue -n {ns} -t TopicAdmin1 -a broker-a -i 0 -p true -d true",
+        "BODY: hello-admin",
+    ),
+    _c(
+        "consumeMessage -n {ns} -t TopicAdmin1 -b broker-a -i 0 -o 0 -c 1",
+        "Consume ok",
+        "BODY: hello-admin",
+    ),
+    _c(
+        "consumeMessage -n {ns} -t TopicAdmin1 -b broker-a -i 0 -o 5",
+        "queueId=0] no matched msg, offset=5",
+    ),
+    _c("checkMsgSendRT -n {ns} -t TopicAdmin1 -a 3 -s 64", "Avg RT:"),
+    _c("sendMsgStatus -n {ns} -b broker-a -s 64 -c 2", "SendResult [sendStatus=SEND_OK"),
+    _c(
+        "allocateMQ -n {ns} -t TopicAdmin1 -i 1.1.1.1,2.2.2.2",
+        '"2.2.2.2":[{"brokerName":"broker-a","queueId":0,"topic":"TopicAdmin1"},'
+        '{"brokerName":"broker-a","queueId":1,"topic":"TopicAdmin1"}]',
+    ),
+    _c(
+        "updateTopicPerm -n {ns} -t TopicAdmin1 -b {broker} -p 4",
+        "update topic perm from 6 to 4 in {broker} success.",
+        "perm=R--",
+    ),
+    _c(
+        "updateTopicPerm -n {ns} -t TopicAdmin1 -b {broker} -p 6",
+        "update topic perm from 4 to 6 in {broker} success.",
+    ),
     _c("topicClusterList -n {ns} -t TopicAdmin1", "DefaultCluster"),
     _c(f"topicStatus -n {{ns}} -t {T}", "#Min Offset", "broker-a"),
     _c(f"consumerProgress -n {{ns}} -g {G}", "Diff Total: 0"),
@@ -59,6 +104,12 @@ CASES: list[Case] = [
         "update broker config success",
     ),
     _c("getNamesrvConfig -n {ns}", "listenPort"),
+    _c(
+        "updateNamesrvConfig -n {ns} -k serverWorkerThreads -v 16",
+        "update name server config success!",
+    ),
+    _c("getNamesrvConfig -n {ns}", "serverWorkerThreads                               =  16"),
+    _c("updateNamesrvConfig -n {ns} -k configStorePath -v /x", "CODE: 16  DESC: Can not update"),
     _c(
         "updateKvConfig -n {ns} -s NS1 -k K1 -v V1",
         "create or update kv config to namespace success.",
@@ -151,7 +202,7 @@ def main(ns: str, broker: str) -> int:
         cmd = ["bash", "-c", launch, "mqadmin", *args]
         run = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
         out = run.stdout + run.stderr  # mqadmin prints a failure's cause on stderr
-        expect = [e.replace("{home}", user_home) for e in case.expect]
+        expect = [e.replace("{home}", user_home).replace("{broker}", broker) for e in case.expect]
         missing = [e for e in expect if e not in out]
         status = "ok" if not missing else f"FAIL missing {missing!r} in:\n{out[-1500:]}"
         failed += bool(missing)
