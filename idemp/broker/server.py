@@ -290,6 +290,7 @@ class BrokerServer:
         )
         self.namesrv_addr = f"{ns_host}:{ns.sockets[0].getsockname()[1]}"
         self.servers = [broker, ns]
+        await self._start_fast_port(bind, port)
         self.scheduler = schedule.ScheduleService(self)
         self.timer = TimerService(self)
         self.transactions = transaction.TransactionCheckService(self)
@@ -315,6 +316,29 @@ class BrokerServer:
         if self.acl is not None:
             watch = AclFileWatch(self.acl, lambda acl: setattr(self, "acl", acl))
             self._tasks.append(loop.create_task(watch.run()))
+
+    async def _start_fast_port(self, bind: str | None, port: int) -> None:
+        """RocketMQ's "VIP channel": the same requests but pulls on listenPort - 2, where a
+        Java client with ``vipChannelEnabled`` (the default of 4.4 and older) sends, and
+        mqadmin too when so configured. Optional for every other client, so a port that
+        is taken is a warning, not a failed start (RocketMQ would not start)."""
+        if port <= 2:
+            return
+        pull = RequestCode.PULL_MESSAGE
+        fast_handlers = {c: h for c, h in self.broker_handlers.items() if c != pull}
+        loop = asyncio.get_running_loop()
+        try:
+            fast = await loop.create_server(
+                lambda: Connection(self, fast_handlers, "broker"),
+                bind,
+                port - 2,
+                reuse_address=True,
+            )
+        except OSError as exc:
+            log.warning("VIP channel port %d not opened: %s", port - 2, exc.strerror or exc)
+            return
+        self.servers.append(fast)
+        log.info("VIP channel on port %d", port - 2)
 
     async def _sample_stats(self) -> None:
         """StoreStatsService's sampling: once a second, for the TPS over 10/60/600 s."""

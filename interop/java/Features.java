@@ -34,7 +34,7 @@ public class Features {
         ns = a[0]; run = a.length > 1 ? a[1] : Long.toString(System.currentTimeMillis() % 100000);
         String only = a.length > 2 ? a[2] : "";
         DefaultMQProducer p = producer("PF");
-        String[] feats = {"async", "oneway", "tags", "sql", "delay", "props", "compress", "pull", "lite", "liteassign", "broadcast", "retry", "query", "badqueue", "reply", "trace", "tx", "dlq", "batchprops", "delaymax", "readonly", "orderlysuspend", "createtopic", "nosuch", "pull64", "fromts", "namespace", "delaynext", "dlqdirect", "bigprops", "emptybody", "subtrace", "fromlast", "litecommit", "litetime", "orderlybc"};
+        String[] feats = {"async", "oneway", "tags", "sql", "delay", "props", "compress", "pull", "lite", "liteassign", "broadcast", "retry", "query", "badqueue", "reply", "trace", "tx", "dlq", "batchprops", "delaymax", "readonly", "orderlysuspend", "createtopic", "nosuch", "pull64", "fromts", "namespace", "delaynext", "dlqdirect", "bigprops", "emptybody", "subtrace", "fromlast", "litecommit", "litetime", "orderlybc", "vip"};
         for (String f : feats) {
             if (!only.isEmpty() && !Arrays.asList(only.split(",")).contains(f)) continue;
             try { feature(f, p); } catch (Throwable t) { out(f, "EXC " + err(t)); }
@@ -348,6 +348,17 @@ public class Features {
             List<String> got = Collections.synchronizedList(new ArrayList<>());
             c.registerMessageListener((MessageListenerOrderly) (ms, ctx) -> { for (MessageExt m : ms) got.add(new String(m.getBody())); return ConsumeOrderlyStatus.SUCCESS; });
             c.start(); waitFor(() -> got.size() >= 4, 20000); Thread.sleep(500); c.shutdown(); out(f, got); break; }
+        case "vip": {
+            // vipChannelEnabled (the default of clients up to 4.4): sends, heartbeats and
+            // offsets go to listenPort - 2, pulls to listenPort
+            DefaultMQProducer vp = new DefaultMQProducer("PF_vip" + run); vp.setNamesrvAddr(ns); vp.setInstanceName("vip" + run);
+            vp.setVipChannelEnabled(true); vp.start();
+            List<String> sent = new ArrayList<>();
+            for (int i = 0; i < 3; i++) sent.add(vp.send(new Message(topic, "a", ("x" + i).getBytes())).getSendStatus().toString());
+            DefaultMQPushConsumer c = push("CF_vip", topic, "*"); c.setVipChannelEnabled(true);
+            Set<String> got = new ConcurrentSkipListSet<>();
+            c.registerMessageListener((MessageListenerConcurrently) (ms, ctx) -> { for (MessageExt m : ms) got.add(new String(m.getBody())); return ConsumeConcurrentlyStatus.CONSUME_SUCCESS; });
+            c.start(); waitFor(() -> got.size() >= 3, 20000); c.shutdown(); vp.shutdown(); out(f, sent + " " + got); break; }
         case "tx": {
             TransactionMQProducer tp = new TransactionMQProducer("PF_tx" + run); tp.setNamesrvAddr(ns); tp.setInstanceName("PF_tx" + run);
             List<String> checks = Collections.synchronizedList(new ArrayList<>());

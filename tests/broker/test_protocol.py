@@ -978,3 +978,57 @@ def test_sql92_filters_when_the_broker_has_enable_property_filter(
             27,
             "The broker's consumer filter data is not exist!Your expression may be wrong!",
         )
+
+
+def _port_pair() -> int:
+    """A free port p whose p - 2 is free as well (the broker binds both at once)."""
+    import socket
+
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port: int = s.getsockname()[1]
+            with socket.socket() as t:
+                try:
+                    t.bind(("127.0.0.1", port - 2))
+                except OSError:
+                    continue
+        return port
+
+
+def test_vip_channel_on_listen_port_minus_two_serves_all_but_pulls(
+    make_broker: Callable[..., BrokerProcess],
+) -> None:
+    """RocketMQ's fast port (a Java client with vipChannelEnabled, the default up to 4.4,
+    sends there): every request of the main port but PULL_MESSAGE, which gets what
+    RocketMQ 4.9.7's fast port answered (seen there, port 10909)."""
+    broker = make_broker(listenPort=_port_pair(), autoCreateTopicEnable="true")
+    host, port = broker.broker_addr.rsplit(":", 1)
+    with RawClient(f"{host}:{int(port) - 2}") as fast:
+        sent = fast.send_message("VipTopic", b"over the vip channel", {"UNIQ_KEY": "v1"})
+        pulled = fast.pull("VipTopic", 0, 0, suspend_ms=0)
+    with RawClient(broker.broker_addr) as main:
+        [msg] = main.pull_messages("VipTopic", 0, 0)
+    assert sent.code == 0 and sent.ext_fields["queueId"] == "0"
+    assert (pulled.code, pulled.remark) == (3, " request type 11 not supported")
+    assert msg.body == b"over the vip channel"
+
+
+def test_a_taken_vip_port_is_a_warning_not_a_failed_start(
+    make_broker: Callable[..., BrokerProcess],
+) -> None:
+    """Clients use the fast port only when configured to: the broker starts without it."""
+    import socket
+
+    port = _port_pair()
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", port - 2))
+        taken.listen()
+        broker = make_broker(listenPort=port)
+        with RawClient(broker.broker_addr) as main:
+            assert main.max_offset("AnyTopic") == 0
+    log = broker.log_path.read_text(encoding="utf-8")
+    assert (
+        f"VIP channel port {port - 2} not opened: error while attempting to bind on address "
+        f"('127.0.0.1', {port - 2}): address already in use"
+    ) in log
