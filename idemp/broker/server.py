@@ -250,6 +250,7 @@ class BrokerServer:
             self.acl = load_acl(default_acl_path(self.config))
             log.info("ACL enabled: %d accounts from %s", len(self.acl.accounts), self.acl.path)
         grpc_port = self.config.grpc_port  # before listenPort is replaced by the bound port
+        asked_port = self.config.listenPort  # 0: a free port, and then no VIP channel
         self.store = MessageStore(self.config)
         self.namesrv = NamesrvState(self.store.root / "config" / "kvConfig.json")
         self.store.listeners.append(self.holds.arrived)
@@ -290,7 +291,7 @@ class BrokerServer:
         )
         self.namesrv_addr = f"{ns_host}:{ns.sockets[0].getsockname()[1]}"
         self.servers = [broker, ns]
-        await self._start_fast_port(bind, port)
+        await self._start_fast_port(bind, asked_port)
         self.scheduler = schedule.ScheduleService(self)
         self.timer = TimerService(self)
         self.transactions = transaction.TransactionCheckService(self)
@@ -322,7 +323,7 @@ class BrokerServer:
         Java client with ``vipChannelEnabled`` (the default of 4.4 and older) sends, and
         mqadmin too when so configured. Optional for every other client, so a port that
         is taken is a warning, not a failed start (RocketMQ would not start)."""
-        if port <= 2:
+        if port <= 2:  # listenPort=0 asks for a free port: no fixed neighbour to take
             return
         pull = RequestCode.PULL_MESSAGE
         fast_handlers = {c: h for c, h in self.broker_handlers.items() if c != pull}
