@@ -223,9 +223,17 @@ SYSTEM_TOPICS = frozenset(
         "RMQ_SYS_TRACE_TOPIC",
     }
 )
-# Clients may not send to these directly (SendMessageProcessor.msgCheck).
+# Clients may not send to these directly (SendMessageProcessor.msgCheck,
+# TopicValidator.NOT_ALLOWED_SEND_TOPIC_SET).
 NOT_ALLOWED_SEND_TOPICS = frozenset(
-    {SCHEDULE_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC, TRANS_CHECK_MAX_TIME_TOPIC}
+    {
+        SCHEDULE_TOPIC,
+        TRANS_HALF_TOPIC,
+        TRANS_OP_HALF_TOPIC,
+        TRANS_CHECK_MAX_TIME_TOPIC,
+        "SELF_TEST_TOPIC",
+        "OFFSET_MOVED_EVENT",
+    }
 )
 
 

@@ -224,6 +224,10 @@ def test_system_topics_cannot_be_created_or_redefined(
         "RMQ_SYS_TRANS_HALF_TOPIC",
         "RMQ_SYS_TRANS_OP_HALF_TOPIC",
         "TRANS_CHECK_MAX_TIME_TOPIC",
+        # in TopicValidator's set too: the C++ client's sends were refused there by
+        # RocketMQ 4.9.7 (seen 2026-11-26) and stored by idemp
+        "SELF_TEST_TOPIC",
+        "OFFSET_MOVED_EVENT",
     ],
 )
 def test_sending_to_internal_topics_is_forbidden(broker: BrokerProcess, topic: str) -> None:
