@@ -44,6 +44,50 @@ def topic_error(topic: str) -> str | None:
     return None
 
 
+# TopicValidator.SYSTEM_TOPIC_SET of RocketMQ 5.3.3 (and its rmq_sys_ prefix)
+SYSTEM_TOPIC_NAMES = frozenset(
+    {
+        "TBW102",
+        "SCHEDULE_TOPIC_XXXX",
+        "BenchmarkTest",
+        "RMQ_SYS_TRANS_HALF_TOPIC",
+        "RMQ_SYS_TRACE_TOPIC",
+        "RMQ_SYS_TRANS_OP_HALF_TOPIC",
+        "TRANS_CHECK_MAX_TIME_TOPIC",
+        "SELF_TEST_TOPIC",
+        "OFFSET_MOVED_EVENT",
+        "CHECKPOINT_TOPIC",
+    }
+)
+_ALLOWED = TOPIC_PATTERN.pattern
+
+
+def grpc_topic_error(topic: str) -> str | None:
+    """What RocketMQ 5.3.3's proxy says of a topic a 5.x client names (GrpcValidator:
+    Validators.checkTopic, then no system topic), or None."""
+    if not topic or topic.isspace():
+        return "The specified topic is blank"
+    if len(topic) > TOPIC_MAX_LENGTH:
+        return f"The specified topic is longer than topic max length {TOPIC_MAX_LENGTH}."
+    if not TOPIC_PATTERN.fullmatch(topic):
+        return f"The specified topic[{topic}] contains illegal characters, allowing only {_ALLOWED}"
+    if topic in SYSTEM_TOPIC_NAMES or topic.startswith("rmq_sys_"):
+        return "cannot access system topic"
+    return None
+
+
+def grpc_group_error(group: str) -> str | None:
+    """The proxy's consumer group rule (Validators.checkGroup, no CID_RMQ_SYS_ group)."""
+    if not group or group.isspace():
+        return "the specified group is blank"
+    if len(group) > 255:
+        return "the specified group is longer than group max length 255."
+    if not TOPIC_PATTERN.fullmatch(group):
+        return f"the specified group[{group}] contains illegal characters, allowing only {_ALLOWED}"
+    if group.startswith("CID_RMQ_SYS_"):
+        return "cannot use system consumer group"
+    return None
+
 @dataclass
 class TopicConfig:
     topicName: str

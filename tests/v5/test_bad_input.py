@@ -43,6 +43,55 @@ def test_route_of_an_unknown_topic(raw: Raw) -> None:
     )
 
 
+@pytest.mark.parametrize(
+    ("topic", "message"),
+    [
+        ("", "The specified topic is blank"),
+        (
+            "a b",
+            "The specified topic[a b] contains illegal characters, allowing only "
+            "^[%|a-zA-Z0-9_-]+$",
+        ),
+        ("x" * 128, "The specified topic is longer than topic max length 127."),
+        ("SCHEDULE_TOPIC_XXXX", "cannot access system topic"),
+        ("RMQ_SYS_TRANS_HALF_TOPIC", "cannot access system topic"),
+        ("TBW102", "cannot access system topic"),
+        ("rmq_sys_anything", "cannot access system topic"),
+    ],
+)
+def test_illegal_and_system_topics_are_refused(raw: Raw, topic: str, message: str) -> None:
+    """GrpcValidator.validateTopic: the client's topic rules, then no system topic."""
+    answer = raw.unary(
+        "QueryRoute", pb.QueryRouteRequest(topic=resource(topic)), pb.QueryRouteResponse
+    )
+    assert (answer.status.code, answer.status.message) == (pb.ILLEGAL_TOPIC, message)
+
+
+@pytest.mark.parametrize(
+    ("group", "message"),
+    [
+        (
+            "g h",
+            "the specified group[g h] contains illegal characters, allowing only "
+            "^[%|a-zA-Z0-9_-]+$",
+        ),
+        ("g" * 256, "the specified group is longer than group max length 255."),
+        ("CID_RMQ_SYS_x", "cannot use system consumer group"),
+    ],
+)
+def test_illegal_and_system_groups_are_refused(
+    raw: Raw, admin: RawClient, names: Callable[[str], str], group: str, message: str
+) -> None:
+    topic = names("T")
+    assert admin.create_topic(topic, 1).code == 0
+    answer = raw.unary(
+        "QueryAssignment",
+        pb.QueryAssignmentRequest(topic=resource(topic), group=resource(group)),
+        pb.QueryAssignmentResponse,
+    )
+    assert (answer.status.code, answer.status.message) == (pb.ILLEGAL_CONSUMER_GROUP, message)
+
+
 def test_a_request_without_client_id(
     raw: Raw, admin: RawClient, names: Callable[[str], str]
 ) -> None:

@@ -25,7 +25,7 @@ from idemp.remoting.message import MessageFormatError
 from idemp.remoting.msgid import offset_msg_id
 from idemp.remoting.sql92 import SelectorError, compile_selector
 
-from ..metadata import Perm, topic_error
+from ..metadata import Perm, grpc_group_error, grpc_topic_error
 from .convert import SYSTEM_KEYS, message_type_of, timestamp, to_proto, to_stored
 from .pop import HandleError, MalformedHandle, PopService, Receipt
 from .schema import SERVICE, Code, pb, status
@@ -179,11 +179,9 @@ class MessagingService:
 
     def _topic(self, resource: Any) -> Any:
         name = resource.name
-        if not name:
-            raise RequestError(Code.ILLEGAL_TOPIC, "topic name cannot be empty")
-        err = topic_error(name)
+        err = grpc_topic_error(name)
         if err:
-            raise RequestError(Code.ILLEGAL_TOPIC, f"topic name is illegal: {name}")
+            raise RequestError(Code.ILLEGAL_TOPIC, err)
         cfg = self.store.topics.get(name)
         if cfg is None:
             raise RequestError(
@@ -193,10 +191,9 @@ class MessagingService:
 
     def _group(self, resource: Any) -> Any:
         name = resource.name
-        if not name:
-            raise RequestError(Code.ILLEGAL_CONSUMER_GROUP, "consumer group cannot be empty")
-        if topic_error(name):
-            raise RequestError(Code.ILLEGAL_CONSUMER_GROUP, f"consumer group is illegal: {name}")
+        err = grpc_group_error(name)
+        if err:
+            raise RequestError(Code.ILLEGAL_CONSUMER_GROUP, err)
         cfg = self.store.groups.find_or_create(name)
         if cfg is None:
             raise RequestError(Code.CONSUMER_GROUP_NOT_FOUND, f"consumer group not found: {name}")
@@ -414,7 +411,7 @@ class MessagingService:
         """The proxy checks the message type against the topic's before it looks the
         topic up, so an unknown topic fails that check (its type is UNSPECIFIED)."""
         name = message.topic.name
-        if name and not topic_error(name) and self.store.topics.get(name) is None:
+        if name and not grpc_topic_error(name) and self.store.topics.get(name) is None:
             got = message_type_of(to_stored(message, 0, ("", 0), name).properties)
             raise RequestError(
                 Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
