@@ -4,10 +4,12 @@ runs this file against it)."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 
 import grpc
 import pytest
+from google.protobuf.timestamp_pb2 import Timestamp
 
 from idemp.broker.v5.schema import pb
 from tests.broker.rawclient import RawClient
@@ -154,6 +156,85 @@ def test_send_errors(raw: Raw, admin: RawClient, names: Callable[[str], str]) ->
     # RocketMQ checks the type first: an unknown topic's type is UNSPECIFIED
     assert got["unknown topic"][0] == pb.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE
     assert "the expected type is UNSPECIFIED, but actual type is NORMAL" in got["unknown topic"][1]
+
+
+def test_send_validation_as_the_proxy(
+    raw: Raw, admin: RawClient, names: Callable[[str], str]
+) -> None:
+    """SendMessageActivity.buildMessageProperty and GrpcValidator: each answer as RocketMQ
+    5.3.3's proxy gave it (2026-11-26); empty tags and keys pass, a message group must stay
+    under 64 UTF-8 bytes, a delivery time at most a day ahead."""
+    topic, fifo, delay = names("T"), names("F"), names("D")
+    assert admin.create_topic(topic, 1).code == 0
+    assert admin.create_topic(fifo, 1, attributes="+message.type=FIFO").code == 0
+    assert admin.create_topic(delay, 1, attributes="+message.type=DELAY").code == 0
+    day = 86_400_000
+
+    def later(ms: int) -> Timestamp:
+        ts = Timestamp()
+        ts.FromMilliseconds(int(time.time() * 1000) + ms)
+        return ts
+
+    cases = {
+        "empty body": (_message(topic, b""), pb.MESSAGE_BODY_EMPTY, "message body cannot be empty"),
+        "empty tag": (_message(topic, tag=""), pb.OK, "OK"),
+        "blank tag": (
+            _message(topic, tag="  "),
+            pb.ILLEGAL_MESSAGE_TAG,
+            "tag cannot be the char sequence of whitespace",
+        ),
+        "bar tag": (_message(topic, tag="a|b"), pb.ILLEGAL_MESSAGE_TAG, "tag cannot contain '|'"),
+        "control tag": (
+            _message(topic, tag="a\x01"),
+            pb.ILLEGAL_MESSAGE_TAG,
+            "tag cannot contain control character",
+        ),
+        "empty key": (_message(topic, keys=[""]), pb.OK, "OK"),
+        "blank key": (
+            _message(topic, keys=[" "]),
+            pb.ILLEGAL_MESSAGE_KEY,
+            "key cannot be the char sequence of whitespace",
+        ),
+        "control key": (
+            _message(topic, keys=["a\x02"]),
+            pb.ILLEGAL_MESSAGE_KEY,
+            "key cannot contain control character",
+        ),
+        "blank group": (
+            _message(fifo, message_group="  "),
+            pb.ILLEGAL_MESSAGE_GROUP,
+            "message group cannot be the char sequence of whitespace",
+        ),
+        "group of 64": (
+            _message(fifo, message_group="g" * 64),
+            pb.ILLEGAL_MESSAGE_GROUP,
+            "message group exceed the max size 64",
+        ),
+        "group of 63": (_message(fifo, message_group="g" * 63), pb.OK, "OK"),
+        "group of 64 bytes": (
+            _message(fifo, message_group="é" * 32),
+            pb.ILLEGAL_MESSAGE_GROUP,
+            "message group exceed the max size 64",
+        ),
+        "control group": (
+            _message(fifo, message_group="g\x03"),
+            pb.ILLEGAL_MESSAGE_GROUP,
+            "message group cannot contain control character",
+        ),
+        "two days ahead": (
+            _message(delay, delivery_timestamp=later(2 * day)),
+            pb.ILLEGAL_DELIVERY_TIME,
+            f"the max delay time of message is too large, max is {day}",
+        ),
+    }
+    got, expected = {}, {}
+    for name, (message, code, text) in cases.items():
+        answer = raw.unary(
+            "SendMessage", pb.SendMessageRequest(messages=[message]), pb.SendMessageResponse
+        )
+        got[name] = (answer.status.code, answer.status.message)
+        expected[name] = (code, text)
+    assert got == expected
 
 
 def test_forged_receipt_handles(raw: Raw, admin: RawClient, names: Callable[[str], str]) -> None:

@@ -42,7 +42,10 @@ MAX_INVISIBLE_MS = 12 * 3600 * 1000
 RECEIVE_BATCH = 32
 CLIENT_EXPIRY_S = 120  # the proxy's channelExpiredTimeout
 PRODUCER_MAX_ATTEMPTS = 3
-MAX_DELAY_MS = 40 * 24 * 3600 * 1000  # timerMaxDelaySec: 3 days... the proxy allows 40 d
+# ProxyConfig of RocketMQ 5.3.3: maxDelayTimeMills, maxTransactionRecoverySecond,
+# maxMessageGroupSize (in UTF-8 bytes, and a group must stay under it)
+MAX_DELAY_MS = 24 * 3600 * 1000
+MAX_RECOVERY_S = 3600
 MESSAGE_GROUP_MAX = 64
 USER_PROPERTY_MAX_NUM = 128
 USER_PROPERTY_MAX_SIZE = 16 * 1024
@@ -433,6 +436,8 @@ class MessagingService:
     def _validated(self, message: Any, cfg: Any, queue_id: int, peer: tuple[str, int]) -> Any:
         sysp = message.system_properties
         limit = self.broker.config.maxMessageSize
+        if not message.body:  # the proxy's enableMessageBodyEmptyCheck, on by default
+            raise RequestError(Code.MESSAGE_BODY_EMPTY, "message body cannot be empty")
         if len(message.body) > limit:
             raise RequestError(
                 Code.MESSAGE_BODY_TOO_LARGE, f"message body cannot exceed the max {limit}"
@@ -461,17 +466,10 @@ class MessagingService:
                 )
             size += len(key.encode()) + len(value.encode())
         tag = sysp.tag
-        if sysp.HasField("tag") and (not tag.strip() or "|" in tag or _has_control(tag)):
-            raise RequestError(
-                Code.ILLEGAL_MESSAGE_TAG, "tag cannot be the char sequence of '||' or blank"
-            )
+        _check_text(tag, Code.ILLEGAL_MESSAGE_TAG, "tag", bar=True)
         size += len(tag.encode())
         for key in sysp.keys:
-            if not key.strip() or _has_control(key):
-                raise RequestError(
-                    Code.ILLEGAL_MESSAGE_KEY,
-                    "key cannot be the char sequence of blank or control character",
-                )
+            _check_text(key, Code.ILLEGAL_MESSAGE_KEY, "key")
             size += len(key.encode())
         if size > USER_PROPERTY_MAX_SIZE:
             raise RequestError(
@@ -480,16 +478,13 @@ class MessagingService:
             )
         if not sysp.message_id.strip():
             raise RequestError(Code.ILLEGAL_MESSAGE_ID, "message id cannot be empty")
-        if sysp.HasField("message_group") and sysp.message_group:
-            group = sysp.message_group
-            if len(group) > MESSAGE_GROUP_MAX:
+        if sysp.HasField("orphaned_transaction_recovery_duration"):
+            seconds = sysp.orphaned_transaction_recovery_duration.seconds
+            if sysp.message_type == pb.TRANSACTION and seconds > MAX_RECOVERY_S:
                 raise RequestError(
-                    Code.ILLEGAL_MESSAGE_GROUP,
-                    f"message group exceed the max length {MESSAGE_GROUP_MAX}",
-                )
-            if _has_control(group):
-                raise RequestError(
-                    Code.ILLEGAL_MESSAGE_GROUP, "message group cannot contain control character"
+                    Code.BAD_REQUEST,
+                    "the max transaction recovery time of message is too large, max is "
+                    f"{MAX_RECOVERY_S}",
                 )
         if sysp.HasField("delivery_timestamp"):
             deliver = _ms(sysp.delivery_timestamp)
@@ -497,6 +492,22 @@ class MessagingService:
                 raise RequestError(
                     Code.ILLEGAL_DELIVERY_TIME,
                     f"the max delay time of message is too large, max is {MAX_DELAY_MS}",
+                )
+        group = sysp.message_group
+        if group:
+            if not group.strip():
+                raise RequestError(
+                    Code.ILLEGAL_MESSAGE_GROUP,
+                    "message group cannot be the char sequence of whitespace",
+                )
+            if len(group.encode()) >= MESSAGE_GROUP_MAX:
+                raise RequestError(
+                    Code.ILLEGAL_MESSAGE_GROUP,
+                    f"message group exceed the max size {MESSAGE_GROUP_MAX}",
+                )
+            if _has_control(group):
+                raise RequestError(
+                    Code.ILLEGAL_MESSAGE_GROUP, "message group cannot contain control character"
                 )
         stored = to_stored(message, queue_id, peer, cfg.topicName)
         kind = cfg.message_type
@@ -769,6 +780,19 @@ def _peer(context: Any) -> tuple[str, int]:
 
 def _has_control(text: str) -> bool:
     return any(ord(c) < 32 or 127 <= ord(c) < 160 for c in text)
+
+
+def _check_text(text: str, code: int, what: str, *, bar: bool = False) -> None:
+    """GrpcValidator.validateTag / validateMessageKey: empty is allowed; whitespace only,
+    a '|' (tags) or a control character is not."""
+    if not text:
+        return
+    if not text.strip():
+        raise RequestError(code, f"{what} cannot be the char sequence of whitespace")
+    if bar and "|" in text:
+        raise RequestError(code, f"{what} cannot contain '|'")
+    if _has_control(text):
+        raise RequestError(code, f"{what} cannot contain control character")
 
 
 def _filter(expression: Any) -> Any:
