@@ -15,6 +15,7 @@ answers the same failure codes with words that say why.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -68,27 +69,40 @@ def _write(server: Broker, acl: PlainAcl, data: dict[str, Any]) -> None:
     server.acl = load_acl(path)
 
 
-def update_account(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingCommand:
-    """PlainPermissionManager.updateAccessConfig + createAclAccessConfigMap."""
-    failed = UPDATE_AND_CREATE_ACL_CONFIG_FAILED
+def _change(
+    server: Broker, cmd: RemotingCommand, failed: int, edit: Callable[[dict[str, Any]], str | None]
+) -> RemotingCommand:
+    """Read the file, let ``edit`` change its data (or say why not), write it, apply it."""
     acl = server.acl
     if acl is None:
         return cmd.response(failed, NOT_ENABLED)
-    f = cmd.ext_fields
-    ak, sk = f.get("accessKey"), f.get("secretKey")
-    if ak is None or sk is None or len(ak) <= _MIN_KEY_LEN or len(sk) <= _MIN_KEY_LEN:
-        shown = "null" if sk is None else "*" * len(sk)  # RocketMQ prints the secret itself
-        return cmd.response(
-            failed,
-            f"The accessKey={ak} and secretKey={shown} cannot be null and length should "
-            "longer than 6",
-        )
-    topic_perms, group_perms = _split(f.get("topicPerms")), _split(f.get("groupPerms"))
-    error = check_resource_perms(topic_perms) or check_resource_perms(group_perms)
-    if error:
-        return cmd.response(failed, error)
     try:
         data = read_acl_data(Path(acl.path), allow_empty=True)
+        refusal = edit(data)
+        if refusal is not None:
+            return cmd.response(failed, refusal)
+        _write(server, acl, data)
+    except (ConfigError, OSError) as exc:
+        return cmd.response(failed, str(exc))
+    return cmd.response(ResponseCode.SUCCESS)
+
+
+def update_account(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingCommand:
+    """PlainPermissionManager.updateAccessConfig + createAclAccessConfigMap."""
+    f = cmd.ext_fields
+
+    def edit(data: dict[str, Any]) -> str | None:
+        ak, sk = f.get("accessKey"), f.get("secretKey")
+        if ak is None or sk is None or len(ak) <= _MIN_KEY_LEN or len(sk) <= _MIN_KEY_LEN:
+            shown = "null" if sk is None else "*" * len(sk)  # RocketMQ prints the secret
+            return (
+                f"The accessKey={ak} and secretKey={shown} cannot be null and length should "
+                "longer than 6"
+            )
+        topic_perms, group_perms = _split(f.get("topicPerms")), _split(f.get("groupPerms"))
+        error = check_resource_perms(topic_perms) or check_resource_perms(group_perms)
+        if error:
+            return error
         listed = data.get("accounts")
         accounts_: list[Any] = listed if isinstance(listed, list) else []
         account: dict[str, Any] = {}
@@ -110,52 +124,42 @@ def update_account(server: Broker, conn: Peer, cmd: RemotingCommand) -> Remoting
             account["groupPerms"] = group_perms
         accounts_.append(account)
         data["accounts"] = accounts_
-        _write(server, acl, data)
-    except (ConfigError, OSError) as exc:
-        return cmd.response(failed, str(exc))
-    return cmd.response(ResponseCode.SUCCESS)
+        return None
+
+    return _change(server, cmd, UPDATE_AND_CREATE_ACL_CONFIG_FAILED, edit)
 
 
 def delete_account(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingCommand:
     """PlainPermissionManager.deleteAccessConfig: an unknown key fails."""
-    acl = server.acl
-    if acl is None:
-        return cmd.response(DELETE_ACL_CONFIG_FAILED, NOT_ENABLED)
     ak = cmd.ext_fields.get("accessKey")
-    failed = f"The accesskey[{ak}] corresponding to accessConfig has been deleted failed."
-    try:
-        data = read_acl_data(Path(acl.path), allow_empty=True)
+
+    def edit(data: dict[str, Any]) -> str | None:
         listed = data.get("accounts")
         rest = [a for a in listed or [] if not (isinstance(a, dict) and a.get("accessKey") == ak)]
         if not ak or not isinstance(listed, list) or len(rest) == len(listed):
-            return cmd.response(DELETE_ACL_CONFIG_FAILED, failed)
+            return f"The accesskey[{ak}] corresponding to accessConfig has been deleted failed."
         data["accounts"] = rest
-        _write(server, acl, data)
-    except (ConfigError, OSError) as exc:
-        return cmd.response(DELETE_ACL_CONFIG_FAILED, str(exc))
-    return cmd.response(ResponseCode.SUCCESS)
+        return None
+
+    return _change(server, cmd, DELETE_ACL_CONFIG_FAILED, edit)
 
 
 def update_global_white(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingCommand:
     """PlainPermissionManager.updateGlobalWhiteAddrsConfig: the list replaces the file's;
     a file named in ``aclFileFullPath`` must be the broker's own."""
-    failed = UPDATE_GLOBAL_WHITE_ADDRS_CONFIG_FAILED
-    acl = server.acl
-    if acl is None:
-        return cmd.response(failed, NOT_ENABLED)
     addrs = cmd.ext_fields.get("globalWhiteAddrs")
     named = cmd.ext_fields.get("aclFileFullPath")
-    if addrs is None:
-        return cmd.response(failed, "the custom field <globalWhiteAddrs> is null")
-    if named and Path(named).absolute() != Path(acl.path).absolute():
-        return cmd.response(failed, f"The globalWhiteAddresses[{addrs}] has been updated failed.")
-    try:
-        data = read_acl_data(Path(acl.path), allow_empty=True)
+
+    def edit(data: dict[str, Any]) -> str | None:
+        if addrs is None:
+            return "the custom field <globalWhiteAddrs> is null"
+        acl = server.acl
+        if named and acl is not None and Path(named).absolute() != Path(acl.path).absolute():
+            return f"The globalWhiteAddresses[{addrs}] has been updated failed."
         data["globalWhiteRemoteAddresses"] = _split(addrs)
-        _write(server, acl, data)
-    except (ConfigError, OSError) as exc:
-        return cmd.response(failed, str(exc))
-    return cmd.response(ResponseCode.SUCCESS)
+        return None
+
+    return _change(server, cmd, UPDATE_GLOBAL_WHITE_ADDRS_CONFIG_FAILED, edit)
 
 
 def _version(acl: PlainAcl) -> dict[str, int]:

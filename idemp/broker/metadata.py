@@ -17,6 +17,7 @@ from idemp.remoting.codes import (
     DLQ_GROUP_TOPIC_PREFIX,
     RETRY_GROUP_TOPIC_PREFIX,
     SCHEDULE_TOPIC,
+    SYSTEM_TOPICS,
     TRANS_HALF_TOPIC,
     Perm,
 )
@@ -45,20 +46,7 @@ def topic_error(topic: str) -> str | None:
 
 
 # TopicValidator.SYSTEM_TOPIC_SET of RocketMQ 5.3.3 (and its rmq_sys_ prefix)
-SYSTEM_TOPIC_NAMES = frozenset(
-    {
-        "TBW102",
-        "SCHEDULE_TOPIC_XXXX",
-        "BenchmarkTest",
-        "RMQ_SYS_TRANS_HALF_TOPIC",
-        "RMQ_SYS_TRACE_TOPIC",
-        "RMQ_SYS_TRANS_OP_HALF_TOPIC",
-        "TRANS_CHECK_MAX_TIME_TOPIC",
-        "SELF_TEST_TOPIC",
-        "OFFSET_MOVED_EVENT",
-        "CHECKPOINT_TOPIC",
-    }
-)
+SYSTEM_TOPIC_NAMES = SYSTEM_TOPICS | {DEFAULT_TOPIC, "CHECKPOINT_TOPIC"}
 _ALLOWED = TOPIC_PATTERN.pattern
 
 
@@ -87,6 +75,7 @@ def grpc_group_error(group: str) -> str | None:
     if group.startswith("CID_RMQ_SYS_"):
         return "cannot use system consumer group"
     return None
+
 
 @dataclass
 class TopicConfig:
