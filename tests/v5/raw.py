@@ -3,6 +3,8 @@ no official client would send (malformed, forged, over the limits)."""
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Iterator
 from typing import Any
 
 import grpc
@@ -18,19 +20,24 @@ METADATA = (
 
 
 class Raw:
-    def __init__(self, addr: str) -> None:
+    def __init__(self, addr: str, client_id: str | None = None) -> None:
+        """``client_id``: a real proxy keeps a client's settings across test runs, so a
+        test that needs a client without settings brings an id of its own."""
         self.channel = grpc.insecure_channel(addr)
+        self.metadata = METADATA
+        if client_id is not None:
+            self.metadata = (("x-mq-client-id", client_id), *METADATA[1:])
 
     def close(self) -> None:
         self.channel.close()
 
-    def unary(self, method: str, request: Any, response: Any, *, metadata: Any = METADATA) -> Any:
+    def unary(self, method: str, request: Any, response: Any, *, metadata: Any = None) -> Any:
         call = self.channel.unary_unary(
             f"/{SERVICE}/{method}",
             request_serializer=_bytes_of,
             response_deserializer=response.FromString,
         )
-        return call(request, metadata=metadata, timeout=30)
+        return call(request, metadata=self.metadata if metadata is None else metadata, timeout=30)
 
     def stream(self, method: str, request: Any, response: Any) -> list[Any]:
         call = self.channel.unary_stream(
@@ -38,7 +45,29 @@ class Raw:
             request_serializer=_bytes_of,
             response_deserializer=response.FromString,
         )
-        return list(call(request, metadata=METADATA, timeout=40))
+        return list(call(request, metadata=self.metadata, timeout=40))
+
+
+    def first_telemetry(self, settings: Any) -> Any:
+        """Open a Telemetry stream, send ``settings``, return the first answer (a
+        refusal ends the stream: grpc.RpcError), then close the stream."""
+        call = self.channel.stream_stream(
+            f"/{SERVICE}/Telemetry",
+            request_serializer=_bytes_of,
+            response_deserializer=pb.TelemetryCommand.FromString,
+        )
+        done = threading.Event()
+
+        def commands() -> Iterator[Any]:
+            yield pb.TelemetryCommand(settings=settings)
+            done.wait(30)
+
+        stream = call(commands(), metadata=self.metadata, timeout=30)
+        try:
+            return next(stream)
+        finally:
+            done.set()
+            stream.cancel()
 
 
 def _bytes_of(request: Any) -> bytes:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
+from contextlib import closing
 
 import grpc
 import pytest
@@ -39,9 +40,11 @@ def test_route_of_an_unknown_topic(raw: Raw) -> None:
     answer = raw.unary(
         "QueryRoute", pb.QueryRouteRequest(topic=resource("NoSuchTopic_v5")), pb.QueryRouteResponse
     )
-    assert answer.status.code == pb.TOPIC_NOT_FOUND
-    assert "No topic route info in name server for the topic: NoSuchTopic_v5" in (
-        answer.status.message
+    assert (answer.status.code, answer.status.message) == (
+        pb.TOPIC_NOT_FOUND,
+        "CODE: 17  DESC: No topic route info in name server for the topic: NoSuchTopic_v5\n"
+        "For more information, please visit the url, "
+        "https://rocketmq.apache.org/docs/bestPractice/06FAQ",
     )
 
 
@@ -279,6 +282,111 @@ def test_forged_receipt_handles(raw: Raw, admin: RawClient, names: Callable[[str
     code, message, ((entry_code, entry_message),) = ack("1 2 3 4 5 6 7 8")
     assert (code, message, entry_code) == (40013, "INVALID_RECEIPT_HANDLE", 40013)
     assert entry_message.endswith("receipt handle is expired")
+
+
+def test_client_requests_without_settings_and_unknown_transactions(
+    broker5: Endpoint5, admin: RawClient, names: Callable[[str], str]
+) -> None:
+    """ClientActivity reads heartbeats and terminations against the settings sent on
+    Telemetry (none here: 40015); EndTransaction of a half the proxy never sent is its
+    ProxyException; a negative invisible duration names its minimum. As RocketMQ 5.3.3
+    answered each (2026-11-26)."""
+    topic, group = names("T"), names("G")
+    assert admin.create_topic(topic, 1).code == 0
+    no_settings = (pb.UNRECOGNIZED_CLIENT_TYPE, "cannot find client settings for this client")
+    with closing(Raw(broker5.grpc_addr, client_id=names("raw-client@unset"))) as raw:
+        got = {
+            "heartbeat": raw.unary(
+                "Heartbeat",
+                pb.HeartbeatRequest(client_type=pb.SIMPLE_CONSUMER, group=resource(group)),
+                pb.HeartbeatResponse,
+            ),
+            "terminate": raw.unary(
+                "NotifyClientTermination",
+                pb.NotifyClientTerminationRequest(group=resource(group)),
+                pb.NotifyClientTerminationResponse,
+            ),
+            "end unknown": raw.unary(
+                "EndTransaction",
+                pb.EndTransactionRequest(
+                    topic=resource(topic),
+                    message_id="0102FC0000000100000000000000000001",
+                    transaction_id="7F00000100002A9F0000000000000000",
+                    resolution=pb.COMMIT,
+                ),
+                pb.EndTransactionResponse,
+            ),
+            "end garbage": raw.unary(
+                "EndTransaction",
+                pb.EndTransactionRequest(
+                    topic=resource(topic),
+                    message_id="01",
+                    transaction_id="zz",
+                    resolution=pb.COMMIT,
+                ),
+                pb.EndTransactionResponse,
+            ),
+            "negative invisible": raw.unary(
+                "ChangeInvisibleDuration",
+                pb.ChangeInvisibleDurationRequest(
+                    group=resource(group),
+                    topic=resource(topic),
+                    receipt_handle="1 2 3 4 5 6 7 8",
+                    message_id="01",
+                    invisible_duration={"seconds": -5},
+                ),
+                pb.ChangeInvisibleDurationResponse,
+            ),
+        }
+    unknown = (
+        pb.INTERNAL_SERVER_ERROR,
+        "org.apache.rocketmq.proxy.common.ProxyException: cannot found transaction data",
+    )
+    assert {k: (a.status.code, a.status.message) for k, a in got.items()} == {
+        "heartbeat": no_settings,
+        "terminate": no_settings,
+        "end unknown": unknown,
+        "end garbage": unknown,
+        "negative invisible": (
+            pb.ILLEGAL_INVISIBLE_TIME,
+            "the invisibleTime is too small. min is 0",
+        ),
+    }
+
+
+def test_settings_refused_on_telemetry(
+    raw: Raw, admin: RawClient, names: Callable[[str], str]
+) -> None:
+    """ClientActivity.processAndWriteClientSettings: the stream ends INVALID_ARGUMENT for
+    settings with neither publishing nor subscription, a system topic to publish or an
+    illegal group (as RocketMQ 5.3.3 ended it); an unknown topic is accepted."""
+    failed = "process client telemetryCommand failed. "
+    cases = {
+        "neither": (pb.Settings(), "there is no publishing or subscription data in settings"),
+        "system topic": (
+            pb.Settings(
+                client_type=pb.PRODUCER,
+                publishing=pb.Publishing(topics=[resource("SCHEDULE_TOPIC_XXXX")]),
+            ),
+            failed + "cannot access system topic",
+        ),
+        "blank group": (
+            pb.Settings(client_type=pb.SIMPLE_CONSUMER, subscription=pb.Subscription()),
+            failed + "the specified group is blank",
+        ),
+    }
+    for name, (settings, details) in cases.items():
+        with pytest.raises(grpc.RpcError) as refused:
+            raw.first_telemetry(settings)
+        assert (refused.value.code(), refused.value.details()) == (
+            grpc.StatusCode.INVALID_ARGUMENT,
+            details,
+        ), name
+    unknown = pb.Settings(
+        client_type=pb.PRODUCER, publishing=pb.Publishing(topics=[resource(names("Nope"))])
+    )
+    answer = raw.first_telemetry(unknown)
+    assert (answer.WhichOneof("command"), answer.status.code) == ("settings", pb.OK)
 
 
 def test_malformed_protobuf_and_unimplemented_rpcs(raw: Raw, broker5: Endpoint5) -> None:

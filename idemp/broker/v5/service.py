@@ -46,6 +46,9 @@ PRODUCER_MAX_ATTEMPTS = 3
 # maxMessageGroupSize (in UTF-8 bytes, and a group must stay under it)
 MAX_DELAY_MS = 24 * 3600 * 1000
 MAX_RECOVERY_S = 3600
+NO_TRANSACTION_DATA = (
+    "org.apache.rocketmq.proxy.common.ProxyException: cannot found transaction data"
+)
 MESSAGE_GROUP_MAX = 64
 USER_PROPERTY_MAX_NUM = 128
 USER_PROPERTY_MAX_SIZE = 16 * 1024
@@ -187,8 +190,11 @@ class MessagingService:
             raise RequestError(Code.ILLEGAL_TOPIC, err)
         cfg = self.store.topics.get(name)
         if cfg is None:
-            raise RequestError(
-                Code.TOPIC_NOT_FOUND, f"No topic route info in name server for the topic: {name}"
+            raise RequestError(  # the MQClientException the proxy caught, as it words it
+                Code.TOPIC_NOT_FOUND,
+                f"CODE: 17  DESC: No topic route info in name server for the topic: {name}"
+                "\nFor more information, please visit the url, "
+                "https://rocketmq.apache.org/docs/bestPractice/06FAQ",
             )
         return cfg
 
@@ -278,12 +284,30 @@ class MessagingService:
         return pb.QueryAssignmentResponse(status=status(Code.OK), assignments=assignments)
 
     # --- clients ----------------------------------------------------------------------
+    def _registered(self, client: ClientState, request: Any) -> None:
+        """ClientActivity: a heartbeat or termination is read against the settings the
+        client sent on Telemetry; none yet, or a type that is neither producer nor
+        consumer, is 40015; a consumer's group must be a legal one."""
+        settings = client.settings
+        if settings is None:
+            raise RequestError(
+                Code.UNRECOGNIZED_CLIENT_TYPE, "cannot find client settings for this client"
+            )
+        kind = settings.client_type
+        if kind in (pb.PUSH_CONSUMER, pb.SIMPLE_CONSUMER):
+            err = grpc_group_error(request.group.name)
+            if err:
+                raise RequestError(Code.ILLEGAL_CONSUMER_GROUP, err)
+        elif kind != pb.PRODUCER:
+            raise RequestError(Code.UNRECOGNIZED_CLIENT_TYPE, pb.ClientType.Name(kind))
+
     async def heartbeat(self, request: Any, context: Any) -> Any:
         try:
             client = self._client(context)
+            self._registered(client, request)
         except RequestError as exc:
             return pb.HeartbeatResponse(status=status(exc.code, exc.message))
-        if request.HasField("group") and request.group.name:
+        if request.group.name:
             client.group = request.group.name
         client.kind = request.client_type or client.kind
         return pb.HeartbeatResponse(status=status(Code.OK))
@@ -291,6 +315,7 @@ class MessagingService:
     async def notify_termination(self, request: Any, context: Any) -> Any:
         try:
             client = self._client(context)
+            self._registered(client, request)
         except RequestError as exc:
             return pb.NotifyClientTerminationResponse(status=status(exc.code, exc.message))
         self.forget(client.client_id)
@@ -354,6 +379,10 @@ class MessagingService:
             async for command in requests:
                 kind = command.WhichOneof("command")
                 if kind == "settings":
+                    refusal = _settings_refusal(command.settings)
+                    if refusal is not None:
+                        await queue.put(_Abort(refusal))
+                        return
                     client.settings = command.settings
                     if command.settings.HasField("subscription"):
                         client.group = command.settings.subscription.group.name
@@ -371,6 +400,8 @@ class MessagingService:
                 item = await queue.get()
                 if item is None:
                     break
+                if isinstance(item, _Abort):  # as the proxy ends the stream: onError
+                    await context.abort(grpc.StatusCode.INVALID_ARGUMENT, item.details)
                 yield item
         finally:
             reader.cancel()
@@ -555,12 +586,11 @@ class MessagingService:
             try:
                 phy = int(request.transaction_id[-16:], 16)
             except ValueError:
-                raise RequestError(
-                    Code.INVALID_TRANSACTION_ID, "transaction id is invalid"
-                ) from None
-            half = self.store.lookup(phy)
+                phy = -1
+            half = self.store.lookup(phy) if phy >= 0 else None
             if half is None or half.properties.get(Prop.UNIQ_KEY) != request.message_id:
-                raise RequestError(Code.INVALID_TRANSACTION_ID, "transaction id is invalid")
+                # the proxy keeps what it sent as half messages; anything else is unknown
+                raise RequestError(Code.INTERNAL_SERVER_ERROR, NO_TRANSACTION_DATA)
             resolution = request.resolution
             if resolution not in (pb.COMMIT, pb.ROLLBACK):
                 return pb.EndTransactionResponse(status=status(Code.OK))
@@ -709,7 +739,9 @@ class MessagingService:
             gcfg = self._group(request.group)
             invisible = _ms(request.invisible_duration)
             if invisible < 0:
-                raise RequestError(Code.ILLEGAL_INVISIBLE_TIME, "the invisibleTime is too small")
+                raise RequestError(
+                    Code.ILLEGAL_INVISIBLE_TIME, "the invisibleTime is too small. min is 0"
+                )
             if invisible > MAX_INVISIBLE_MS:
                 raise RequestError(
                     Code.ILLEGAL_INVISIBLE_TIME,
@@ -780,6 +812,28 @@ def _peer(context: Any) -> tuple[str, int]:
 
 def _has_control(text: str) -> bool:
     return any(ord(c) < 32 or 127 <= ord(c) < 160 for c in text)
+
+
+@dataclass
+class _Abort:
+    details: str
+
+
+def _settings_refusal(settings: Any) -> str | None:
+    """ClientActivity.processAndWriteClientSettings: publishing topics and the
+    subscription group are validated, settings with neither are refused; each refusal
+    ends the Telemetry stream with INVALID_ARGUMENT."""
+    failed = "process client telemetryCommand failed. "
+    if settings.HasField("publishing"):
+        for topic in settings.publishing.topics:
+            err = grpc_topic_error(topic.name)
+            if err:
+                return failed + err
+        return None
+    if settings.HasField("subscription"):
+        err = grpc_group_error(settings.subscription.group.name)
+        return failed + err if err else None
+    return "there is no publishing or subscription data in settings"
 
 
 def _check_text(text: str, code: int, what: str, *, bar: bool = False) -> None:
