@@ -15,7 +15,7 @@ free_port() { .venv/bin/python -c 'import socket; s=socket.socket(); s.bind(("12
 # the broker's port p, with p - 2 free as well (the VIP channel, RocketMQ's fast port)
 free_broker_port() { .venv/bin/python -c '
 import socket
-while True:
+for _ in range(100):
     s = socket.socket(); s.bind(("127.0.0.1", 0)); p = s.getsockname()[1]; t = socket.socket()
     try:
         t.bind(("127.0.0.1", p - 2))

@@ -984,7 +984,7 @@ def _port_pair() -> int:
     """A free port p whose p - 2 is free as well (the broker binds both at once)."""
     import socket
 
-    while True:
+    for _ in range(100):
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port: int = s.getsockname()[1]
@@ -994,6 +994,7 @@ def _port_pair() -> int:
                 except OSError:
                     continue
         return port
+    raise RuntimeError("no free port p with p - 2 free in 100 tries")
 
 
 def test_vip_channel_on_listen_port_minus_two_serves_all_but_pulls(
