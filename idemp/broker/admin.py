@@ -9,6 +9,7 @@ from idemp.remoting import RemotingCommand, RequestCode, ResponseCode, jsonlenie
 from idemp.remoting.codes import DEFAULT_TOPIC, SYSTEM_TOPICS, Perm
 
 from .metadata import (
+    MESSAGE_TYPE_ATTRIBUTE,
     TopicConfig,
     group_from_json,
     group_json,
@@ -137,6 +138,10 @@ def create_topic(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingCo
         attributes = parse_attributes(cmd.ext_fields.get("attributes") or "")
     except ValueError as exc:
         return cmd.response(ResponseCode.SYSTEM_ERROR, str(exc))
+    mixed = attributes.get(MESSAGE_TYPE_ATTRIBUTE) == "MIXED"
+    if mixed and not server.config.enableMixedMessageType:
+        # RocketMQ 5.3.3's AdminBrokerProcessor, with its default enableMixedMessageType
+        return cmd.response(ResponseCode.INVALID_PARAMETER, "MIXED message type is not supported.")
     server.store.topics.put(
         TopicConfig(
             topic,

@@ -66,6 +66,8 @@ class BrokerConfig:
     minInvisibleTimeMillsForRecv: int = 10_000
     # SQL92 subscriptions (MessageSelector.bySql) are served only when true, as RocketMQ
     enablePropertyFilter: bool = False
+    # RocketMQ 5's: topics of message.type MIXED are refused unless this is true
+    enableMixedMessageType: bool = False
 
     @property
     def grpc_port(self) -> int:

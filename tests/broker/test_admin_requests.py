@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -342,3 +342,16 @@ def test_disk_ratio_counts_used_over_used_and_usable(monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(admin_stats.os, "statvfs", lambda path: exact)
     assert admin_stats.disk_used_ratio(Path("/any")) == 0.5
     assert repr(admin_stats.disk_used_ratio(Path("/any"))) == "0.5"  # as Java prints it
+
+
+def test_mixed_topics_with_enable_mixed_message_type(
+    make_broker: Callable[..., BrokerProcess],
+) -> None:
+    """Refused by default (tests/v5/test_bad_input.py, as on RocketMQ 5.3.3); with the
+    setting on, created and typed MIXED."""
+    broker = make_broker(enableMixedMessageType="true")
+    with RawClient(broker.broker_addr) as c:
+        created = c.create_topic("MixedTopic", 1, attributes="+message.type=MIXED")
+        cfg = _body(c.request(RequestCode.GET_TOPIC_CONFIG, {"topic": "MixedTopic"}))
+    assert created.code == ResponseCode.SUCCESS
+    assert cfg["attributes"] == {"message.type": "MIXED"}

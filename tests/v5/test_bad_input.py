@@ -145,10 +145,10 @@ def test_send_errors(raw: Raw, admin: RawClient, names: Callable[[str], str]) ->
         pb.MESSAGE_BODY_TOO_LARGE,
         "message body cannot exceed the max 4194304",
     )
-    assert got["wrong type"][0] == pb.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE
-    assert (
-        "TopicMessageType validate failed, the expected type is FIFO, but actual type is NORMAL"
-        in got["wrong type"][1]
+    conflict = "org.apache.rocketmq.proxy.common.ProxyException: TopicMessageType validate failed"
+    assert got["wrong type"] == (
+        pb.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+        f"{conflict}, the expected type is FIFO, but actual type is NORMAL",
     )
     assert got["no id"] == (pb.ILLEGAL_MESSAGE_ID, "message id cannot be empty")
     assert got["system key"] == (
@@ -157,8 +157,10 @@ def test_send_errors(raw: Raw, admin: RawClient, names: Callable[[str], str]) ->
     )
     assert got["no messages"] == (pb.MESSAGE_CORRUPTED, "no message to send")
     # RocketMQ checks the type first: an unknown topic's type is UNSPECIFIED
-    assert got["unknown topic"][0] == pb.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE
-    assert "the expected type is UNSPECIFIED, but actual type is NORMAL" in got["unknown topic"][1]
+    assert got["unknown topic"] == (
+        pb.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
+        f"{conflict}, the expected type is UNSPECIFIED, but actual type is NORMAL",
+    )
 
 
 def test_send_validation_as_the_proxy(
@@ -238,6 +240,14 @@ def test_send_validation_as_the_proxy(
         got[name] = (answer.status.code, answer.status.message)
         expected[name] = (code, text)
     assert got == expected
+
+
+def test_a_mixed_topic_needs_the_broker_setting(
+    admin: RawClient, names: Callable[[str], str]
+) -> None:
+    """RocketMQ 5.3.3's AdminBrokerProcessor with its default enableMixedMessageType."""
+    refused = admin.create_topic(names("M"), 1, attributes="+message.type=MIXED")
+    assert (refused.code, refused.remark) == (29, "MIXED message type is not supported.")
 
 
 def test_forged_receipt_handles(raw: Raw, admin: RawClient, names: Callable[[str], str]) -> None:

@@ -447,11 +447,8 @@ class MessagingService:
         name = message.topic.name
         if name and not grpc_topic_error(name) and self.store.topics.get(name) is None:
             got = message_type_of(to_stored(message, 0, ("", 0), name).properties)
-            raise RequestError(
-                Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
-                f"TopicMessageType validate failed, the expected type is UNSPECIFIED, but "
-                f"actual type is {got} (topic {name} does not exist)",
-            )
+            conflict = _type_conflict("UNSPECIFIED", got)
+            raise RequestError(Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, conflict)
         return self._topic(message.topic)
 
     def _select_queue(self, cfg: Any, request: Any) -> int:
@@ -544,11 +541,8 @@ class MessagingService:
         kind = cfg.message_type
         got = message_type_of(stored.properties)
         if kind != "MIXED" and got != kind:
-            raise RequestError(
-                Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE,
-                f"TopicMessageType validate failed, the expected type is {kind}, "
-                f"but actual type is {got}",
-            )
+            conflict = _type_conflict(kind, got)
+            raise RequestError(Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, conflict)
         return stored
 
     def _put(self, stored: Any, message: Any) -> tuple[Any, int]:
@@ -812,6 +806,15 @@ def _peer(context: Any) -> tuple[str, int]:
 
 def _has_control(text: str) -> bool:
     return any(ord(c) < 32 or 127 <= ord(c) < 160 for c in text)
+
+
+def _type_conflict(expected: str, actual: str) -> str:
+    """The proxy's wording, its exception class included (an unknown topic's type is
+    UNSPECIFIED)."""
+    return (
+        "org.apache.rocketmq.proxy.common.ProxyException: TopicMessageType validate failed, "
+        f"the expected type is {expected}, but actual type is {actual}"
+    )
 
 
 @dataclass
