@@ -161,10 +161,10 @@ def run(cmd: dict[str, Any]) -> dict[str, Any]:
         c = clients[cmd["name"]]
         began = time.monotonic()
         got = c.receive(cmd.get("max", 16), cmd["invisible"])
-        return {
-            "messages": [describe(m, keep=True) for m in got],
-            "waited": time.monotonic() - began,
-        }
+        messages = [describe(m, keep=True) for m in got]
+        for m in messages:  # asked before the server popped it, so before it turned invisible
+            m["asked"] = began
+        return {"messages": messages, "waited": time.monotonic() - began}
     if op == "ack":
         clients[cmd["name"]].ack(kept[cmd["ref"]])
         return {}
