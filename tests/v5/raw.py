@@ -47,7 +47,6 @@ class Raw:
         )
         return list(call(request, metadata=self.metadata, timeout=40))
 
-
     def first_telemetry(self, settings: Any) -> Any:
         """Open a Telemetry stream, send ``settings``, return the first answer (a
         refusal ends the stream: grpc.RpcError), then close the stream."""
