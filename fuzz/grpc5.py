@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import grpc
 from google.protobuf.message import DecodeError
 
 from idemp.broker.v5.schema import SERVICE
@@ -29,6 +30,7 @@ class _Context:
 
     def __init__(self, client_id: str) -> None:
         self.meta = (("x-mq-client-id", client_id),) if client_id else ()
+        self.aborted: tuple[Any, str] | None = None
 
     def invocation_metadata(self) -> Any:
         return self.meta
@@ -38,6 +40,12 @@ class _Context:
 
     def peer(self) -> str:
         return "ipv4:127.0.0.1:40000"
+
+    async def abort(self, code: Any, details: str = "", trailing_metadata: Any = ()) -> None:
+        """As grpc.aio's: the call ends with this status (the proxy ends a Telemetry
+        stream so for settings it refuses)."""
+        self.aborted = (code, details)
+        raise grpc.aio.AbortError()
 
 
 class _Details:
@@ -231,7 +239,14 @@ class GrpcHarness:
                 return [r async for r in method.unary_stream(request, context)]
             return [await method.unary_unary(request, context)]
 
-        responses = self.loop.run_until_complete(asyncio.wait_for(call(), 10))
+        try:
+            responses = self.loop.run_until_complete(asyncio.wait_for(call(), 10))
+        except grpc.aio.AbortError:  # a status, not a crash: only for refused settings
+            assert context.aborted is not None
+            code, why = context.aborted
+            refused = (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.INTERNAL)
+            assert name == "Telemetry" and code in refused, why
+            responses = []
         for response in responses:
             response.SerializeToString()
         if self.errors.records:

@@ -298,8 +298,11 @@ class MessagingService:
             err = grpc_group_error(request.group.name)
             if err:
                 raise RequestError(Code.ILLEGAL_CONSUMER_GROUP, err)
-        elif kind != pb.PRODUCER:
-            raise RequestError(Code.UNRECOGNIZED_CLIENT_TYPE, pb.ClientType.Name(kind))
+        elif kind != pb.PRODUCER:  # Java's enum name; a number it does not know: UNRECOGNIZED
+            known = kind in pb.ClientType.values()
+            raise RequestError(
+                Code.UNRECOGNIZED_CLIENT_TYPE, pb.ClientType.Name(kind) if known else "UNRECOGNIZED"
+            )
 
     async def heartbeat(self, request: Any, context: Any) -> Any:
         try:
@@ -381,7 +384,7 @@ class MessagingService:
                 if kind == "settings":
                     refusal = _settings_refusal(command.settings)
                     if refusal is not None:
-                        await queue.put(_Abort(refusal))
+                        await queue.put(refusal)
                         return
                     client.settings = command.settings
                     if command.settings.HasField("subscription"):
@@ -401,7 +404,7 @@ class MessagingService:
                 if item is None:
                     break
                 if isinstance(item, _Abort):  # as the proxy ends the stream: onError
-                    await context.abort(grpc.StatusCode.INVALID_ARGUMENT, item.details)
+                    await context.abort(item.code, item.details)
                 yield item
         finally:
             reader.cancel()
@@ -819,24 +822,33 @@ def _type_conflict(expected: str, actual: str) -> str:
 
 @dataclass
 class _Abort:
+    code: grpc.StatusCode
     details: str
 
 
-def _settings_refusal(settings: Any) -> str | None:
+def _settings_refusal(settings: Any) -> _Abort | None:
     """ClientActivity.processAndWriteClientSettings: publishing topics and the
-    subscription group are validated, settings with neither are refused; each refusal
-    ends the Telemetry stream with INVALID_ARGUMENT."""
+    subscription group are validated, settings with neither are refused (each refusal
+    ends the Telemetry stream with INVALID_ARGUMENT); a client type Java cannot number
+    fails as INTERNAL."""
     failed = "process client telemetryCommand failed. "
+    invalid = grpc.StatusCode.INVALID_ARGUMENT
     if settings.HasField("publishing"):
         for topic in settings.publishing.topics:
             err = grpc_topic_error(topic.name)
             if err:
-                return failed + err
-        return None
-    if settings.HasField("subscription"):
+                return _Abort(invalid, failed + err)
+    elif settings.HasField("subscription"):
         err = grpc_group_error(settings.subscription.group.name)
-        return failed + err if err else None
-    return "there is no publishing or subscription data in settings"
+        if err:
+            return _Abort(invalid, failed + err)
+    else:
+        return _Abort(invalid, "there is no publishing or subscription data in settings")
+    if settings.client_type not in pb.ClientType.values():
+        return _Abort(
+            grpc.StatusCode.INTERNAL, failed + "Can't get the number of an unknown enum value."
+        )
+    return None
 
 
 def _check_text(text: str, code: int, what: str, *, bar: bool = False) -> None:
