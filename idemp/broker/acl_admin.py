@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from idemp.remoting import RemotingCommand, RequestCode, ResponseCode
 from idemp.remoting.jsonlenient import dumps
 
-from .acl import PlainAcl, check_resource_perms, load_acl, parse_acl_data, read_acl_data
+from .acl import PlainAcl, check_resource_perms, parse_acl_data, read_acl_data
 from .config import ConfigError
 
 if TYPE_CHECKING:
@@ -59,14 +59,14 @@ def _write(server: Broker, acl: PlainAcl, data: dict[str, Any]) -> None:
     counter, _ = acl.version
     data["dataVersion"] = [{"counter": counter + 1, "timestamp": int(time.time() * 1000)}]
     path = Path(acl.path)
-    parse_acl_data(data, path)  # a ConfigError leaves the file as it was
+    checked = parse_acl_data(data, path)  # a ConfigError leaves the file as it was
     import yaml
 
     text = yaml.safe_dump(data, sort_keys=False, default_flow_style=False, allow_unicode=True)
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_text(text, encoding="utf-8")
     tmp.replace(path)
-    server.acl = load_acl(path)
+    server.acl = checked  # what was just written, parsed once
 
 
 def _change(
