@@ -692,18 +692,23 @@ class IdempotentListener(_Wrapped):
         """Make the batch stick; count what did. If it could not: atomic work is gone
         (those messages come back), other effects stand (acked, commit errors)."""
         core = self._core
+        refused: dict[int, BaseException] = {}
         try:
             store.session.finish()
         except StoreError as exc:
             error: StoreError | None = exc
         else:
             error = None
+            refused = {id(t.job.message): exc for t, exc in store.session.refused()}
         processed = 0
         lost_commits = 0
         for i, result in enumerate(out):
             if not isinstance(result, Result) or result.outcome is not Outcome.PROCESSED:
                 continue
             ticket = store.committed.get(id(result.message))
+            if ticket is not None and id(result.message) in refused:
+                out[i] = core.failed(ticket, refused[id(result.message)])
+                continue
             if error is not None and ticket is not None and ticket.atomic:
                 job = ticket.job
                 out[i] = core.done(
@@ -746,6 +751,9 @@ class _Recording(BatchSession):
 
     def finish(self) -> None:
         self.session.finish()
+
+    def refused(self) -> Sequence[tuple[Ticket, BaseException]]:
+        return self.session.refused()
 
     def close(self) -> None:
         self.session.close()

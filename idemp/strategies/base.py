@@ -216,6 +216,12 @@ class BatchSession(ABC):
         guard's state store then loads the batch's states in it at once)."""
         return None
 
+    def refused(self) -> Sequence[tuple[Ticket, BaseException]]:
+        """After ``finish``: the committed tickets it refused one by one, each with the
+        error its own ``commit`` would have raised alone (a lock's lease found lost when
+        the batch's releases ran); those messages fail as they would alone."""
+        return ()
+
 
 class ClaimStrategy(Strategy):
     """Base of the claim-based strategies: CONSUMING/CONSUMED records with a deadline.

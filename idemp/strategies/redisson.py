@@ -496,6 +496,40 @@ class RedissonLock(Strategy):
         except RedisError as exc:
             raise StoreError(f"batch unlock failed: {exc}") from exc
 
+    def release_held(self, handles: Sequence[LockHandle]) -> list[int]:
+        """:meth:`release` for each hold (only if its token is current), in one
+        pipelined round trip, in order: → holds left each (-1: not ours any more)."""
+        keys = [self._keys(h.name) for h in handles]
+        with self._local_lock:
+            for (lock_key, _f, _c), h in zip(keys, handles):
+                held = self._local.get((lock_key, h.owner))
+                if held is not None:
+                    held.releasing = True
+        left: list[int] = [0] * len(keys)
+        try:
+            replies = self._unlock.many(
+                [
+                    ((lock, ch), (h.owner, self.lease_ms, str(h.token)))
+                    for (lock, _f, ch), h in zip(keys, handles)
+                ]
+            )
+            left = [int(n) for n in replies]
+        except RedisError as exc:  # the leases, not this process, now end these holds
+            raise StoreError(f"batch unlock failed: {exc}") from exc
+        finally:
+            final: dict[tuple[str, str], int] = {}
+            for (lock_key, _f, _c), h, n in zip(keys, handles, left):
+                final[(lock_key, h.owner)] = n  # a key held twice: its last release counts
+            for (lock_key, owner), n in final.items():
+                if n <= 0:
+                    self._forget(lock_key, owner)
+                else:
+                    with self._local_lock:
+                        held = self._local.get((lock_key, owner))
+                    if held is not None:
+                        held.releasing = False
+        return left
+
     def ticket(self, job: Job, name: str, owner: str, token: int) -> Ticket:
         handle = LockHandle(name, token, owner, lambda: self.holds(name, owner, token))
         return Ticket(job, Verdict.RUN, str(token), handle=handle, private=handle)
@@ -540,14 +574,21 @@ class RedissonLock(Strategy):
 class _LockAheadSession(BatchSession):
     """A runner's batch on :class:`RedissonLock`: the batch's distinct keys locked in
     one pipelined round trip (try-lock, no wait) before the first handler runs; a key
-    another holds is waited for at its message's turn, as alone. Each message unlocks
-    at its own commit or abort, exactly as alone (a lease lost before the commit still
-    fails that message), so a later copy of the same key in the batch locks afresh.
-    Locks of messages never started are given back at close in one round trip."""
+    another holds is waited for at its message's turn, as alone. A failed handler's
+    lock is released at once, as alone; the committed messages' locks are released
+    together at ``finish``, in one round trip, each only if its token is still current,
+    so a lease lost before that release fails its message as a refused commit does
+    alone (the lock is held a little longer: to the batch's end, not the handler's). A
+    later copy of a key in the batch first releases the earlier copy's hold, then locks
+    afresh (a new fencing token), as alone. Locks of messages never started are given
+    back at close in one round trip."""
 
     def __init__(self, strategy: RedissonLock, jobs: Sequence[Job]) -> None:
         self.strategy = strategy
         self.owner = owner_id()
+        self.done: dict[str, Ticket] = {}  # committed, released at finish: by lock name
+        self._refused: list[tuple[Ticket, BaseException]] = []
+        self._error: StoreError | None = None  # a release before finish that failed
         names = list(dict.fromkeys(f"{job.namespace}:{job.key}" for job in jobs))
         try:
             self.ahead = strategy.try_acquire_many(names, self.owner)
@@ -556,24 +597,53 @@ class _LockAheadSession(BatchSession):
 
     def begin(self, job: Job) -> Ticket:
         name = f"{job.namespace}:{job.key}"
+        earlier = self.done.pop(name, None)
+        if earlier is not None:
+            try:
+                self._release([earlier])
+            except StoreError as exc:  # reported at finish, as a commit's would be
+                self._error = exc
         token = self.ahead.pop(name, None)
         if token is None:
             return self.strategy.begin(job)
         return self.strategy.ticket(job, name, self.owner, token)
 
     def commit(self, ticket: Ticket) -> None:
-        self.strategy.commit(ticket)
+        self.done[ticket.private.name] = ticket
 
     def abort(self, ticket: Ticket, error: BaseException | None) -> None:
         self.strategy.abort(ticket, error)
 
+    def _release(self, tickets: list[Ticket]) -> None:
+        left = self.strategy.release_held([t.private for t in tickets])
+        for ticket, n in zip(tickets, left):
+            if n < 0:
+                handle: LockHandle = ticket.private
+                lost = f"lock {handle.name!r}: token {handle.token} lost its lease before commit"
+                self._refused.append((ticket, LeaseLost(lost)))
+
     def finish(self) -> None:
-        return None  # every message unlocked at its own commit
+        done = list(self.done.values())
+        self.done = {}
+        if done:
+            self._release(done)
+        if self._error is not None:
+            raise self._error
+
+    def refused(self) -> Sequence[tuple[Ticket, BaseException]]:
+        return self._refused
 
     def close(self) -> None:
         unstarted, self.ahead = list(self.ahead), {}
-        if unstarted:
-            try:
+        unreleased = list(self.done.values())  # finish never ran: give them back
+        self.done = {}
+        try:
+            if unreleased:
+                self.strategy.release_held([t.private for t in unreleased])
+        except StoreError:
+            pass  # their leases end them
+        try:
+            if unstarted:
                 self.strategy.release_many(unstarted, self.owner)
-            except StoreError:
-                pass  # their leases end them; the redeliveries wait that long
+        except StoreError:
+            pass  # their leases end them; the redeliveries wait that long

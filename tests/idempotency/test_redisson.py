@@ -293,6 +293,33 @@ def test_a_batch_locks_ahead_and_unlocks_each_message_at_its_commit(make_lock: A
     assert _lock_keys(s) == []
 
 
+def test_a_batch_releases_its_committed_locks_at_its_end_and_a_lost_lease_fails_its_message(
+    make_lock: Any,
+) -> None:
+    """The committed messages' locks are released together when the batch finishes
+    (one round trip), each only if its token is still current: l-1's lock is still held
+    while l-3 runs; l-2's lease, ended (its lock deleted, as an expiry would) after its
+    handler returned but before that release, fails l-2 as a refused commit does alone
+    (not acked: it comes back), and the others are processed."""
+    s = make_lock(wait_s=0)
+    during: dict[str, Any] = {}
+
+    @idempotent(key="keys", strategy=s, namespace=NS)
+    def handle(message: Message, ctx: Context) -> None:
+        if ctx.key == "l-3":
+            during["l-1 free"] = in_thread(lambda: _take_and_give_back(s, f"{NS}:l-1"))
+            s.client.delete(s._keys(f"{NS}:l-2")[0])
+
+    results = handle.consume_batch([msg("l-1"), msg("l-2"), msg("l-3")])
+
+    assert [r.outcome for r in results] == [Outcome.PROCESSED, Outcome.FAILED, Outcome.PROCESSED]
+    assert [ack_of(r) for r in results] == [True, False, True]
+    assert isinstance(results[1].error, LeaseLost)
+    assert during == {"l-1 free": False}
+    assert _lock_keys(s) == []
+    assert s._local == {} and s._watchdog is not None and s._watchdog._held == {}
+
+
 def test_a_batch_waits_at_its_turn_for_a_key_another_holds(make_lock: Any) -> None:
     """A key held elsewhere when the batch starts is not taken ahead: its message tries
     at its turn (here: wait_s 0, so in progress), the others run; a stopping runner's
