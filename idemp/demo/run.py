@@ -365,6 +365,7 @@ def _exchange(
         _say(f"  consumer process {child.pid} started (concurrent + orderly runners)")
         kill_after = max(1, int(plan.expected_effects * args.kill_at))
         killed_at = [-1]
+        killed_after = [0.0]
 
         def killer() -> None:  # poll the effects table; SIGKILL the worker mid-run
             deadline = time.monotonic() + args.timeout
@@ -373,20 +374,22 @@ def _exchange(
                 if n >= kill_after:
                     os.kill(child.pid, signal.SIGKILL)
                     killed_at[0] = n
+                    killed_after[0] = time.monotonic() - first_send
                     return
                 time.sleep(0.2)  # a query per poll: where exactly it stops is reported
 
         watcher = threading.Thread(target=killer, name="demo-killer", daemon=True)
         watcher.start()
-        t0 = time.monotonic()
+        first_send = time.monotonic()
         _produce(plan, names, namesrv)
-        _say(f"  sent {plan.messages} messages in {time.monotonic() - t0:.1f}s")
+        _say(f"  sent {plan.messages} messages in {time.monotonic() - first_send:.1f}s")
         if boot is not None:
             boot.start()
         watcher.join(args.timeout)
         if killed_at[0] < 0:
             os.kill(child.pid, signal.SIGKILL)
             killed_at[0] = effects()
+            killed_after[0] = time.monotonic() - first_send
         child.wait()
     finally:
         if child.poll() is None:
@@ -395,8 +398,8 @@ def _exchange(
         if child.stdout is not None:
             child.stdout.close()
     _say(
-        f"  consumer process {child.pid} SIGKILLed after {killed_at[0]} effects; "
-        "this process takes over"
+        f"  consumer process {child.pid} SIGKILLed after {killed_at[0]} effects "
+        f"({killed_after[0]:.1f}s after the first send); this process takes over"
     )
 
     tally = Tally()
@@ -408,10 +411,13 @@ def _exchange(
     consumers.start()
     bar = Bar("consume", plan.expected_effects)
     deadline = time.monotonic() + args.timeout
+    applied_in = -1.0  # when the last effect was seen, apart from the poison's wait
     try:
         while time.monotonic() < deadline:
             n = effects()
             bar.update(n)
+            if applied_in < 0 and n >= plan.expected_effects:
+                applied_in = time.monotonic() - t0
             with tally.lock:  # dead-lettered, and no other copy still retrying (a
                 # redelivery after the kill starts a second retry chain of its own)
                 poison_done = (
@@ -424,9 +430,20 @@ def _exchange(
         bar.close()
     finally:
         consumers.shutdown()
+    took = time.monotonic() - t0
+    if applied_in >= 0:
+        _say(
+            f"  every effect applied {applied_in:.1f}s after the takeover, "
+            f"{t0 + applied_in - first_send:.1f}s after the first send"
+        )
     _say(
-        f"  consumed the rest in {time.monotonic() - t0:.1f}s after the takeover "
+        f"  consumed the rest in {took:.1f}s after the takeover "
         f"(CPU time of this process {time.process_time() - c0:.1f}s)"
+        + (
+            f"; its last {took - applied_in:.1f}s waited out the poison's retries to %DLQ%"
+            if applied_in >= 0 and took - applied_in > 1.0
+            else ""
+        )
     )
     with engine.connect() as conn:
         rows = [
