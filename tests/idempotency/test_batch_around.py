@@ -289,3 +289,47 @@ def test_optimistic_batch_conflict_rereads_inside_the_batch(sql_url: Any, made: 
     assert outcomes(results) == [Outcome.PROCESSED, Outcome.PROCESSED]
     assert seen == [("y", 1), ("x", 1), ("x", 2)]  # x read again after the conflict
     assert _states(strategy.engine, table) == {"x": (3, "x-batch"), "y": (2, "y-batch")}
+
+
+@pytest.mark.parametrize("kind", ("pessimistic", "optimistic"))
+def test_a_batch_reads_its_rows_by_key_on_a_new_postgresql_table(
+    kind: str, sql_url: Any, made: list[Any]
+) -> None:
+    """On a table PostgreSQL has not analyzed yet (a new deployment's first minute), the
+    batch's read looks each row up by its key, in the plan made with the batch's ids and
+    in the generic plan a prepared statement keeps (psycopg prepares at the sixth run):
+    no sequential scan of the table. (``id = ANY($1)`` was planned as one, and a batch's
+    read then cost more as the table grew.)"""
+    url, table = sql_url("pg"), _table()
+    strategy: Any = (
+        PessimisticRowLock(url, table=table)
+        if kind == "pessimistic"
+        else OptimisticVersion(url, table=table, expected_version=lambda m: 0)
+    )
+    made.append(strategy)
+
+    @idempotent(key="keys", strategy=strategy, namespace=NS)
+    def handle(message: Message, ctx: Context) -> None:
+        return None
+
+    with strategy.engine.begin() as conn:  # a grown table, never analyzed
+        conn.execute(
+            sa.text(f"INSERT INTO {table} (id) SELECT 'old-' || g FROM generate_series(1, 3000) g")
+        )
+    results = handle.consume_batch([msg(f"new-{i}") for i in range(16)])
+    assert outcomes(results) == [Outcome.PROCESSED] * 16
+    read = strategy._rows.read_statement.compile(dialect=strategy.engine.dialect)
+    ids = {**read.params, "ids": [f"old-{i}" for i in range(1, 33)]}
+    with strategy.engine.connect() as conn:
+        assert (
+            conn.execute(
+                sa.text("SELECT reltuples FROM pg_class WHERE relname = :t"), {"t": table}
+            ).scalar_one()
+            == -1
+        )  # not analyzed
+        for mode in ("force_custom_plan", "force_generic_plan"):
+            conn.exec_driver_sql(f"SET plan_cache_mode = {mode}")
+            plan = "\n".join(r[0] for r in conn.exec_driver_sql(f"EXPLAIN {read}", ids))
+            assert f"Index Scan using {table}_pkey on {table}" in plan, (mode, plan)
+            assert "Seq Scan" not in plan, (mode, plan)
+        conn.rollback()
