@@ -692,14 +692,13 @@ class IdempotentListener(_Wrapped):
         """Make the batch stick; count what did. If it could not: atomic work is gone
         (those messages come back), other effects stand (acked, commit errors)."""
         core = self._core
-        refused: dict[int, BaseException] = {}
         try:
             store.session.finish()
         except StoreError as exc:
             error: StoreError | None = exc
         else:
             error = None
-            refused = {id(t.job.message): exc for t, exc in store.session.refused()}
+        refused = {id(t.job.message): exc for t, exc in store.session.refused()}
         processed = 0
         lost_commits = 0
         for i, result in enumerate(out):

@@ -217,9 +217,10 @@ class BatchSession(ABC):
         return None
 
     def refused(self) -> Sequence[tuple[Ticket, BaseException]]:
-        """After ``finish``: the committed tickets it refused one by one, each with the
-        error its own ``commit`` would have raised alone (a lock's lease found lost when
-        the batch's releases ran); those messages fail as they would alone."""
+        """After ``finish`` (also one that raised): the committed tickets refused one by
+        one, each with the error its own ``commit`` would have raised alone (a lock's
+        lease found lost when the batch's releases ran); those messages fail as they
+        would alone."""
         return ()
 
 

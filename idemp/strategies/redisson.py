@@ -316,6 +316,10 @@ class LockHandle:
             raise LeaseLost(f"lock {self.name!r} (token {self.token}) is no longer held")
 
 
+def lease_lost(handle: LockHandle) -> LeaseLost:
+    return LeaseLost(f"lock {handle.name!r}: token {handle.token} lost its lease before commit")
+
+
 class RedissonLock(Strategy):
     """``RedissonLock("redis://…")`` or ``RedissonLock(client)``; ``lease_s`` (30),
     ``renew_s`` (10; None: no watchdog, the lease alone bounds a hold), ``wait_s`` (how long
@@ -497,8 +501,9 @@ class RedissonLock(Strategy):
             raise StoreError(f"batch unlock failed: {exc}") from exc
 
     def release_held(self, handles: Sequence[LockHandle]) -> list[int]:
-        """:meth:`release` for each hold (only if its token is current), in one
-        pipelined round trip, in order: → holds left each (-1: not ours any more)."""
+        """:meth:`release` for each hold (only if its token is current; one hold per
+        lock), in one pipelined round trip, in order: → holds left each (-1: not ours
+        any more)."""
         keys = [self._keys(h.name) for h in handles]
         with self._local_lock:
             for (lock_key, _f, _c), h in zip(keys, handles):
@@ -517,15 +522,12 @@ class RedissonLock(Strategy):
         except RedisError as exc:  # the leases, not this process, now end these holds
             raise StoreError(f"batch unlock failed: {exc}") from exc
         finally:
-            final: dict[tuple[str, str], int] = {}
             for (lock_key, _f, _c), h, n in zip(keys, handles, left):
-                final[(lock_key, h.owner)] = n  # a key held twice: its last release counts
-            for (lock_key, owner), n in final.items():
                 if n <= 0:
-                    self._forget(lock_key, owner)
-                else:
+                    self._forget(lock_key, h.owner)
+                else:  # still held (an outer hold of the same thread): renewals count again
                     with self._local_lock:
-                        held = self._local.get((lock_key, owner))
+                        held = self._local.get((lock_key, h.owner))
                     if held is not None:
                         held.releasing = False
         return left
@@ -551,9 +553,7 @@ class RedissonLock(Strategy):
         """Unlock only if our hold (this token) is still current; otherwise refuse."""
         handle: LockHandle = ticket.private
         if self.release(handle.name, handle.owner, handle.token) < 0:
-            raise LeaseLost(
-                f"lock {handle.name!r}: token {handle.token} lost its lease before commit"
-            )
+            raise lease_lost(handle)
 
     def abort(self, ticket: Ticket, error: BaseException | None) -> None:
         handle: LockHandle = ticket.private
@@ -618,9 +618,7 @@ class _LockAheadSession(BatchSession):
         left = self.strategy.release_held([t.private for t in tickets])
         for ticket, n in zip(tickets, left):
             if n < 0:
-                handle: LockHandle = ticket.private
-                lost = f"lock {handle.name!r}: token {handle.token} lost its lease before commit"
-                self._refused.append((ticket, LeaseLost(lost)))
+                self._refused.append((ticket, lease_lost(ticket.private)))
 
     def finish(self) -> None:
         done = list(self.done.values())
