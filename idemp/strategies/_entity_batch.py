@@ -82,7 +82,7 @@ class BatchRows:
             wanted = sa.func.unnest(ids).table_valued("want").render_derived("wanted")
             each: Any = sa.select(table).where(col == wanted.c.want)
             each = each.with_for_update(nowait=nowait) if lock else each.offset(0)
-            each = each.lateral("row")
+            each = each.lateral("found")
             read = sa.select(each).select_from(wanted).join(each, sa.true())
             self.insert: Any = (
                 pg_insert(table)
