@@ -581,41 +581,26 @@ class UniqueKeyTable(ClaimStrategy):
             for ticket in tickets:
                 self.commit(ticket)
             return
-        t = self.table
         now = _now_ms()
         try:
             with self._auto.begin() as conn:
-                if self.dialect == "sqlite":
-                    # SQLite plans a row-value IN list as a scan of the whole table (a
-                    # batch's commit grew with the table: 100,000 records, 3x the CPU);
-                    # one UPDATE by primary key per record, in the same transaction
-                    params = [
-                        {
-                            "ns": x.job.namespace,
-                            "key": stored_key(x.job.key),
-                            "me": x.token,
-                            "expires": now + self.retention_ms,
-                            "now": now,
-                        }
-                        for x in tickets
-                    ]
-                    done = conn.execute(self._mark_consumed, params).rowcount
-                else:
-                    done = conn.execute(
-                        sa.update(t)
-                        .where(
-                            sa.tuple_(t.c.namespace, t.c.business_key).in_(
-                                [(x.job.namespace, stored_key(x.job.key)) for x in tickets]
-                            ),
-                            t.c.owner.in_([x.token for x in tickets]),
-                        )
-                        .values(
-                            status=CONSUMED,
-                            deadline_ms=None,
-                            expires_ms=now + self.retention_ms,
-                            updated_ms=now,
-                        )
-                    ).rowcount
+                # One UPDATE by primary key per record, in one transaction (psycopg
+                # pipelines them into one round trip). A row-value IN list is planned as
+                # a scan of the whole table by SQLite always, and by PostgreSQL on a
+                # table not yet analyzed, a plan its prepared statement then kept: the
+                # batch's commit grew with the table (PostgreSQL, 40,000 records: 913
+                # scans, 23 million rows read; SQLite, 100,000: 3x the CPU).
+                params = [
+                    {
+                        "ns": x.job.namespace,
+                        "key": stored_key(x.job.key),
+                        "me": x.token,
+                        "expires": now + self.retention_ms,
+                        "now": now,
+                    }
+                    for x in tickets
+                ]
+                done = conn.execute(self._mark_consumed, params).rowcount
         except SQLAlchemyError as exc:
             raise StoreError(f"batch commit failed: {exc}") from exc
         if done != len(tickets):

@@ -4,16 +4,26 @@ Redis. The protocol from DESIGN.md "The idempotency contract", case by case."""
 from __future__ import annotations
 
 import asyncio
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
 
 from idemp import Context, Message, Outcome, ack_of, idempotent, stats
 from idemp.message import ConsumeResult
-from idemp.strategies import CONSUMED, CONSUMING, ClaimLost, ClaimStrategy, Job, Verdict
+from idemp.strategies import (
+    CONSUMED,
+    CONSUMING,
+    ClaimLost,
+    ClaimStrategy,
+    Job,
+    UniqueKeyTable,
+    Verdict,
+)
 from tests.idempotency.effects import Effects
 from tests.idempotency.specs import KINDS
 
@@ -338,3 +348,110 @@ def test_redis_batch_is_one_owner_a_repeated_key_claimed_once_and_fingerprints_k
     assert stored["f-1"].owner == stored["f-2"].owner != stored["f-3"].owner
     conflict = strategy.begin_many([Job(NS, "f-1", msg("f-1"), "fp-other")])
     assert [t.verdict for t in conflict] == [Verdict.PAYLOAD_CONFLICT]
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "pg"])
+def test_sql_batch_commit_marks_its_own_claims_and_names_those_taken_over(
+    kind: str, make_strategy: Maker
+) -> None:
+    """The autocommit table's batch commit: each record of the batch marked CONSUMED only
+    where this batch still owns the claim; one taken over meanwhile (another owner's
+    token now) is left as it is, the others commit, and the commit says how many were
+    lost."""
+    strategy, _ = make_strategy(kind)
+    assert isinstance(strategy, UniqueKeyTable)
+    keys = ["c-1", "c-2", "c-3"]
+    tickets = strategy.begin_many([Job(NS, k, msg(k)) for k in keys])
+    assert [t.verdict for t in tickets] == [Verdict.RUN] * 3
+    t = strategy.table
+    with strategy.engine.begin() as conn:  # another consumer took c-2 over
+        conn.execute(sa.update(t).where(t.c.business_key == "c-2").values(owner="someone-else"))
+
+    with pytest.raises(ClaimLost, match="^1 of 3 claims were taken over before commit$"):
+        strategy.commit_many(tickets)
+
+    records = {k: strategy.get(NS, k) for k in keys}
+    assert {k: (r.status, r.owner) for k, r in records.items() if r} == {
+        "c-1": (CONSUMED, tickets[0].token),
+        "c-2": (CONSUMING, "someone-else"),
+        "c-3": (CONSUMED, tickets[2].token),
+    }
+
+
+def test_pg_batch_commit_looks_each_record_up_by_key_on_a_new_table(
+    make_strategy: Maker,
+) -> None:
+    """The batch commit's statement, prepared while the table is empty (as psycopg does
+    at its sixth run, and a new deployment's first batches do) and kept as the table
+    grows to 40,000 records without an ANALYZE, is planned as primary-key lookups, not
+    as a scan of the table. (A row-value IN list was, once per batch.)"""
+    strategy, _ = make_strategy("pg")
+    assert isinstance(strategy, UniqueKeyTable)
+    t = strategy.table
+    seen: list[tuple[str, Any]] = []
+
+    def capture(conn: Any, cursor: Any, statement: str, params: Any, context: Any, many: bool):
+        if statement.lstrip().upper().startswith("UPDATE"):
+            seen.append((statement, params[0] if many else params))
+
+    sa.event.listen(strategy.engine, "before_cursor_execute", capture)
+    try:
+        keys = [f"n-{i}" for i in range(32)]
+        strategy.commit_many(strategy.begin_many([Job(NS, k, msg(k)) for k in keys]))
+    finally:
+        sa.event.remove(strategy.engine, "before_cursor_execute", capture)
+    assert [strategy.get(NS, k).status for k in keys] == [CONSUMED] * 32  # type: ignore[union-attr]
+    assert len({s for s, _ in seen}) == 1, seen
+    statement, params = seen[0]
+    names = re.findall(r"%\((\w+)\)s", statement)
+    prepared = re.sub(r"%\((\w+)\)s", lambda m: f"${names.index(m.group(1)) + 1}", statement)
+    values = ", ".join(_literal(params[n]) for n in names)
+    with strategy.engine.connect() as conn:
+        conn.exec_driver_sql("SET plan_cache_mode = force_generic_plan")
+        conn.exec_driver_sql(f"PREPARE commit_batch AS {prepared}")
+        conn.exec_driver_sql(f"EXPLAIN EXECUTE commit_batch({values})")  # planned now: empty
+        conn.execute(t.insert().from_select(_COLUMNS, _old_records(40_000)))
+        plan = "\n".join(
+            r[0] for r in conn.exec_driver_sql(f"EXPLAIN EXECUTE commit_batch({values})")
+        )
+        assert (
+            conn.execute(
+                sa.text("SELECT reltuples FROM pg_class WHERE relname = :t"), {"t": t.name}
+            ).scalar_one()
+            == -1
+        )  # never analyzed
+        assert "Index Scan" in plan and "Seq Scan" not in plan, plan
+        conn.rollback()
+
+
+_COLUMNS = [
+    "namespace",
+    "business_key",
+    "status",
+    "owner",
+    "attempts",
+    "expires_ms",
+    "created_ms",
+    "updated_ms",
+]
+
+
+def _old_records(n: int) -> Any:
+    return sa.select(
+        sa.literal("old"),
+        sa.literal("k") + sa.cast(sa.column("g"), sa.String),
+        sa.literal(CONSUMED),
+        sa.literal("o"),
+        sa.literal(1),
+        sa.literal(2**62),
+        sa.literal(0),
+        sa.literal(0),
+    ).select_from(sa.func.generate_series(1, n).alias("g"))
+
+
+def _literal(value: Any) -> str:
+    if value is None:
+        return "NULL"
+    if isinstance(value, int):
+        return str(value)
+    return "'" + str(value).replace("'", "''") + "'"
