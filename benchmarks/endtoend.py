@@ -15,9 +15,10 @@ table. Rows:
   transactional), ``OptimisticVersion``, ``PessimisticRowLock``, ``RedissonLock``, and
   ``@guarded`` (transactional unique-key table + state table) on SQLite and PostgreSQL;
   effects in the strategy's database (Redis rows: PostgreSQL);
-* ``official+powertools``: the official client's concurrent PushConsumer (4 threads)
-  with AWS Powertools' ``idempotent_function`` on the same Redis, the same INSERT into
-  PostgreSQL.
+* ``official+powertools`` and ``official+powertools-sqlite``: the official client's
+  concurrent PushConsumer (4 threads) with AWS Powertools' ``idempotent_function`` on the
+  same Redis, the same INSERT into PostgreSQL, or into SQLite: each idemp row is set
+  against the anchor whose effect goes to the same database as its own.
 
 Reported per row: msg/s from the first delivery to the last, CPU per message of the
 consumer process and of the store's server (PostgreSQL: the postmaster and its backends;
@@ -56,7 +57,9 @@ ROWS = [
     "guarded-sqlite",
     "guarded-pg",
     "official+powertools",
+    "official+powertools-sqlite",
 ]
+ANCHOR = "official+powertools"
 
 
 def _effects_db(row: str) -> str:
@@ -270,11 +273,10 @@ def _report(tally: _Tally, ok: bool, verdict: str) -> None:
     )
 
 
-def _child_official(namesrv: str, count: int, urls: dict[str, str]) -> int:
+def _child_official(row: str, namesrv: str, count: int, urls: dict[str, str]) -> int:
     import warnings
 
     import redis
-    import sqlalchemy as sa
     from aws_lambda_powertools.utilities.idempotency import (
         IdempotencyConfig,
         idempotent_function,
@@ -286,8 +288,13 @@ def _child_official(namesrv: str, count: int, urls: dict[str, str]) -> int:
 
     warnings.filterwarnings("ignore", message="Couldn't determine the remaining time")
     tally = _Tally(count)
+    from idemp.strategies._sql import make_engine
+
     table = _effects_table(f"fx_{uuid.uuid4().hex[:8]}")
-    engine = sa.create_engine(urls["pg"], pool_size=8)
+    db = urls[_effects_db(row)]
+    if db.startswith("sqlite:///"):
+        db = db.replace("bench.db", f"bench-{row}.db")
+    engine = make_engine(db, 5.0, 8)  # as the idemp rows' effects engine
     table.metadata.create_all(engine)
     insert = table.insert()
     layer = RedisCachePersistenceLayer(client=redis.Redis.from_url(urls["redis"]))
@@ -312,7 +319,7 @@ def _child_official(namesrv: str, count: int, urls: dict[str, str]) -> int:
         tally.seen()
         return ConsumeStatus.CONSUME_SUCCESS
 
-    consumer = PushConsumer("bench-official-powertools")
+    consumer = PushConsumer(f"bench-{row.replace('+', '-')}")
     consumer.set_namesrv_addr(namesrv)
     consumer.set_thread_count(4)
     consumer.subscribe(TOPIC, callback)
@@ -397,8 +404,8 @@ def _fill(namesrv: str, count: int) -> None:
 def main(argv: list[str]) -> int:
     if argv and argv[0] == "--child":
         row, namesrv, count, batch, urls = argv[1], argv[2], int(argv[3]), int(argv[4]), argv[5]
-        if row == "official+powertools":
-            return _child_official(namesrv, count, json.loads(urls))
+        if row.startswith(ANCHOR):
+            return _child_official(row, namesrv, count, json.loads(urls))
         return _child_idemp(row, namesrv, count, batch, json.loads(urls))
     ap = argparse.ArgumentParser(prog="python -m benchmarks endtoend", description=__doc__)
     ap.add_argument("--count", type=int, default=100_000, help="messages (2 %% duplicates)")
@@ -461,12 +468,10 @@ def _table(results: dict[str, dict[str, Any]], count: int, batch: int) -> None:
         f"{batch}, idemp's broker, load average {os.getloadavg()[0]:.1f}"
     )
     head = (
-        f"{'row':<22}{'msg/s':>9}{'CPU µs/msg':>12}{'store µs/msg':>14}"
+        f"{'row':<28}{'msg/s':>9}{'CPU µs/msg':>12}{'store µs/msg':>14}"
         f"{'× ceiling':>11}{'× anchor':>10}  effects"
     )
     print(head)
-    anchor = results.get("official+powertools")
-    anchor_rate = anchor["count"] / max(anchor["seconds"], 1e-6) if anchor else None
     for row, got in results.items():
         rate = got["count"] / max(got["seconds"], 1e-6)
         n = max(got["count"], 1)
@@ -475,11 +480,12 @@ def _table(results: dict[str, dict[str, Any]], count: int, batch: int) -> None:
         vs_ceiling = ""
         if ceiling is not None and not row.startswith("ceiling"):
             vs_ceiling = f"{rate / (ceiling['count'] / max(ceiling['seconds'], 1e-6)):.2f}"
-        vs_anchor = (
-            f"{rate / anchor_rate:.1f}" if anchor_rate and row != "official+powertools" else ""
-        )
+        anchor = results.get(ANCHOR + ("-sqlite" if _effects_db(row) == "sqlite" else ""))
+        vs_anchor = ""
+        if anchor is not None and not row.startswith(ANCHOR):
+            vs_anchor = f"{rate / (anchor['count'] / max(anchor['seconds'], 1e-6)):.1f}"
         print(
-            f"{row:<22}{rate:>9,.0f}{got['cpu'] / n * 1e6:>12.0f}{store / n * 1e6:>14.0f}"
+            f"{row:<28}{rate:>9,.0f}{got['cpu'] / n * 1e6:>12.0f}{store / n * 1e6:>14.0f}"
             f"{vs_ceiling:>11}{vs_anchor:>10}  {got['effects']}"
         )
 
