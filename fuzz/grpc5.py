@@ -23,6 +23,7 @@ from google.protobuf.message import DecodeError
 from idemp.broker.v5.schema import SERVICE
 
 TOPIC, FIFO_TOPIC, GROUP, FIFO_GROUP = "FuzzT", "FuzzF", "FuzzG", "FuzzGF"
+DELAY_TOPIC = "FuzzD"
 
 
 class _Context:
@@ -81,18 +82,25 @@ def methods() -> list[tuple[str, Any, bool]]:
         ("NotifyClientTermination", pb.NotifyClientTerminationRequest, False),
         ("ChangeInvisibleDuration", pb.ChangeInvisibleDurationRequest, False),
         ("Telemetry", pb.TelemetryCommand, True),
+        ("RecallMessage", pb.RecallMessageRequest, False),
     ]
 
 
 def seed_requests() -> list[bytes]:
     """Valid requests of every RPC, for the seed corpus (first byte: the RPC)."""
+    from idemp.broker.v5.recall import build_handle
     from idemp.broker.v5.schema import pb
 
     r = pb.Resource
     handles = ["0 1 60000 0 0 broker-a 0 0 0", "garbage", "", "0 99999999999999 10 0 1 b 0 0 0"]
     reqs: list[tuple[str, Any]] = []
-    for topic in (TOPIC, FIFO_TOPIC, "Missing", "", "%RETRY%x", "bad topic!"):
+    for topic in (TOPIC, FIFO_TOPIC, "Missing", "", "%RETRY%x", "bad topic!", DELAY_TOPIC):
         reqs.append(("QueryRoute", pb.QueryRouteRequest(topic=r(name=topic))))
+        # a fixed time (the corpus is content-addressed): past 2026 + 3 days it is refused
+        # as out of range, which a fuzzed digit turns back into a recall that passes
+        for recall in (build_handle(DELAY_TOPIC, "broker-a", 1_800_000_000_000, "01"), "x", ""):
+            req = pb.RecallMessageRequest(topic=r(name=topic), recall_handle=recall)
+            reqs.append(("RecallMessage", req))
         for group in (GROUP, FIFO_GROUP, ""):
             reqs.append(
                 (
@@ -201,6 +209,7 @@ class GrpcHarness:
             listenPort=0,
             namesrvAddr="127.0.0.1:0",
             maxMessageSize=64 * 1024,
+            recallMessageEnable=True,
         )
         self.server = BrokerServer(cfg)
         self.loop.run_until_complete(self.server.start())
@@ -208,6 +217,7 @@ class GrpcHarness:
         assert store is not None and self.server.grpc is not None
         store.topics.put(TopicConfig(TOPIC, 2, 2))
         store.topics.put(TopicConfig(FIFO_TOPIC, 2, 2, attributes={"message.type": "FIFO"}))
+        store.topics.put(TopicConfig(DELAY_TOPIC, 2, 2, attributes={"message.type": "DELAY"}))
         store.groups.put(SubscriptionGroupConfig(FIFO_GROUP, consumeMessageOrderly=True))
         self.handler = self.server.grpc.service.handler()
         self.methods = methods()

@@ -68,6 +68,9 @@ class BrokerConfig:
     enablePropertyFilter: bool = False
     # RocketMQ 5's: topics of message.type MIXED are refused unless this is true
     enableMixedMessageType: bool = False
+    # RocketMQ 5.3's: RecallMessage (a delayed message cancelled before it is due) is
+    # refused unless this is true ("recall failed, operation is forbidden")
+    recallMessageEnable: bool = False
 
     @property
     def grpc_port(self) -> int:

@@ -6,14 +6,22 @@ their delivery times in a heap and re-stores each under its real topic when due.
 Unlike a delay level's queue, the timer queue is not in delivery order, so progress is
 "everything below this offset is delivered" plus the delivered offsets above it; after a
 restart those above it may be delivered again (at least once, as RocketMQ's timer wheel).
+
+A recalled message (RecallMessage) has a marker in the same queue, due no later than the
+message itself (``idemp.broker.v5.recall``): a due marker names the message, which is
+then dropped instead of delivered. Markers are read again after a restart with the
+messages they name, since both lie above the delivered prefix.
 """
 
 from __future__ import annotations
 
 import asyncio
 import heapq
+import logging
 import time
 from typing import TYPE_CHECKING
+
+from idemp.remoting.codes import Prop
 
 from .schedule import restore_real
 from .store import TIMER_TOPIC
@@ -21,8 +29,19 @@ from .store import TIMER_TOPIC
 if TYPE_CHECKING:
     from .context import Broker
 
+log = logging.getLogger(__name__)
+
 STATE_FILE = "timerProgress.json"
 MAX_IDLE_WAIT_S = 5.0
+TIMER_DEL_UNIQKEY = "TIMER_DEL_UNIQKEY"  # a recall's marker: "<topic>+<message id>"
+# a marker is due at most a second before its message; kept longer in case the timer
+# runs late, then forgotten (a recall of a message that never existed leaves one behind)
+RECALL_KEEP_MS = 60_000
+
+
+def delete_key(topic: str, message_id: str) -> str:
+    """TimerMessageStore.buildDeleteKey: what a marker names and the timer matches."""
+    return f"{topic}+{message_id}"
 
 
 class TimerService:
@@ -34,6 +53,7 @@ class TimerService:
         self.done = int(raw) if isinstance(raw, int) else 0
         self.delivered: set[int] = set()
         self.heap: list[tuple[int, int]] = []
+        self.recalled: dict[str, int] = {}  # a marker's key -> its due time (ms)
         cq = store.find_queue(TIMER_TOPIC, 0)
         if cq is not None:
             self.done = max(self.done, cq.min_offset)
@@ -53,14 +73,31 @@ class TimerService:
         assert store is not None
         cq = store.find_queue(TIMER_TOPIC, 0)
         count = 0
+        due = []
         while self.heap and self.heap[0][0] <= now_ms:
-            _, offset = heapq.heappop(self.heap)
+            when, offset = heapq.heappop(self.heap)
+            self.delivered.add(offset)
             if cq is not None and offset >= cq.min_offset:
                 msg = store.lookup(cq.phy[offset])
-                if msg is not None:
-                    restore_real(store, msg, "timer")
-                    count += 1
-            self.delivered.add(offset)
+                if msg is None:
+                    continue
+                marker = msg.properties.get(TIMER_DEL_UNIQKEY)
+                if marker is not None:  # markers first: one may come due with its message
+                    self.recalled[marker] = when
+                else:
+                    due.append(msg)
+        for msg in due:
+            topic = msg.properties.get(Prop.REAL_TOPIC, msg.topic)
+            key = delete_key(topic, msg.properties.get(Prop.UNIQ_KEY, ""))
+            if self.recalled.pop(key, None) is not None:
+                log.info("timer: %s recalled, not delivered", key)
+                continue
+            restore_real(store, msg, "timer")
+            count += 1
+        if self.recalled:
+            stale = [k for k, when in self.recalled.items() if when < now_ms - RECALL_KEEP_MS]
+            for k in stale:
+                del self.recalled[k]
         moved = self.done
         while self.done in self.delivered:
             self.delivered.discard(self.done)

@@ -137,8 +137,16 @@ def run(cmd: dict[str, Any]) -> dict[str, Any]:
         receipts = []
         for spec in cmd["messages"]:
             r = p.send(build(spec))
-            receipts.append({"message_id": r.message_id, "at": time.monotonic()})
+            receipts.append(
+                {
+                    "message_id": r.message_id,
+                    "recall_handle": r.recall_handle,
+                    "at": time.monotonic(),
+                }
+            )
         return {"receipts": receipts}
+    if op == "recall":
+        return {"message_id": clients[cmd["name"]].recall_message(cmd["topic"], cmd["handle"])}
     if op == "send_tx":
         p = clients[cmd["name"]]
         tx = p.begin_transaction()

@@ -3,7 +3,7 @@
 Requests are answered as RocketMQ 5.3.3's proxy answers them (``proxy/.../grpc/v2``):
 errors are a ``Status`` inside the response with the proxy's code and words, never a
 broken call; RPCs idemp does not serve (PullMessage, UpdateOffset, GetOffset,
-QueryOffset, RecallMessage) get gRPC's UNIMPLEMENTED, as the proxy's generated base does.
+QueryOffset) get gRPC's UNIMPLEMENTED, as the proxy's generated base does.
 Everything runs on the broker's event loop, beside the remoting handlers, on one store.
 """
 
@@ -21,13 +21,15 @@ import grpc
 from google.protobuf.duration_pb2 import Duration
 
 from idemp.remoting.codes import TRANS_HALF_TOPIC, MessageSysFlag, Prop
-from idemp.remoting.message import MessageFormatError
+from idemp.remoting.message import MessageExt, MessageFormatError
 from idemp.remoting.msgid import offset_msg_id
 from idemp.remoting.sql92 import SelectorError, compile_selector
 
 from ..metadata import Perm, grpc_group_error, grpc_topic_error
+from ..store import TIMER_DELIVER_MS, TIMER_TOPIC
 from .convert import SYSTEM_KEYS, message_type_of, timestamp, to_proto, to_stored
 from .pop import HandleError, MalformedHandle, PopService, Receipt
+from .recall import RECALL_TAG, TIMER_DEL_UNIQKEY, build_handle, delete_key, parse_handle, refusal
 from .schema import SERVICE, Code, pb, status
 
 if TYPE_CHECKING:
@@ -46,9 +48,8 @@ PRODUCER_MAX_ATTEMPTS = 3
 # maxMessageGroupSize (in UTF-8 bytes, and a group must stay under it)
 MAX_DELAY_MS = 24 * 3600 * 1000
 MAX_RECOVERY_S = 3600
-NO_TRANSACTION_DATA = (
-    "org.apache.rocketmq.proxy.common.ProxyException: cannot found transaction data"
-)
+_PROXY = "org.apache.rocketmq.proxy.common.ProxyException: "
+NO_TRANSACTION_DATA = _PROXY + "cannot found transaction data"
 MESSAGE_GROUP_MAX = 64
 USER_PROPERTY_MAX_NUM = 128
 USER_PROPERTY_MAX_SIZE = 16 * 1024
@@ -169,6 +170,7 @@ class MessagingService:
             "ChangeInvisibleDuration": unary(
                 self.change_invisible, pb.ChangeInvisibleDurationRequest
             ),
+            "RecallMessage": unary(self.recall_message, pb.RecallMessageRequest),
         }
         return grpc.method_handlers_generic_handler(SERVICE, methods)
 
@@ -566,13 +568,70 @@ class MessagingService:
             raise RequestError(Code.MESSAGE_CORRUPTED, str(exc)) from None
         if keep_wait:
             transaction_id = offset_msg_id(self.store.store_host, result.commit_log_offset)
+        recall_handle = ""
+        if stored.topic == TIMER_TOPIC:  # parked until its delivery time: recallable
+            recall_handle = build_handle(
+                stored.properties[Prop.REAL_TOPIC],
+                self.broker.config.brokerName,
+                int(stored.properties[TIMER_DELIVER_MS]),
+                msg_id,
+            )
         entry = pb.SendResultEntry(
             status=status(Code.OK),
             message_id=msg_id,
             transaction_id=transaction_id,
             offset=result.queue_offset,
+            recall_handle=recall_handle,
         )
         return entry, result.end
+
+    async def recall_message(self, request: Any, context: Any) -> Any:
+        """ProducerProcessor.recallMessage, then the broker's RecallMessageProcessor:
+        the topic's name and type (DELAY or MIXED), the handle's form, then (only with
+        ``recallMessageEnable``) its topic, broker and time; a recall that passes parks a
+        marker that the timer matches when the message comes due."""
+        try:
+            self._client(context)
+            name = request.topic.name
+            err = grpc_topic_error(name)
+            if err:
+                raise RequestError(Code.ILLEGAL_TOPIC, err)
+            cfg = self.store.topics.get(name)
+            kind = cfg.message_type if cfg is not None else "UNSPECIFIED"
+            if kind not in ("DELAY", "MIXED"):
+                conflict = _type_conflict(kind, "DELAY")
+                raise RequestError(Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, conflict)
+            handle = parse_handle(request.recall_handle)
+            if handle is None:
+                raise RequestError(Code.INTERNAL_SERVER_ERROR, _PROXY + "recall handle is invalid")
+            if not self.broker.config.recallMessageEnable:
+                forbidden = _PROXY + "recall failed, operation is forbidden"
+                raise RequestError(Code.INTERNAL_SERVER_ERROR, forbidden)
+            now = int(time.time() * 1000)
+            why = refusal(handle, name, self.broker.config.brokerName, now)
+            if why:
+                raise RequestError(Code.INTERNAL_SERVER_ERROR, _PROXY + why)
+            marker = MessageExt(
+                topic=name,
+                body=b"0",
+                properties={
+                    Prop.TAGS: RECALL_TAG,
+                    TIMER_DEL_UNIQKEY: delete_key(name, handle.message_id),
+                    Prop.UNIQ_KEY: handle.message_id,
+                    TIMER_DELIVER_MS: handle.timestamp,
+                },
+                born_timestamp=now,
+                born_host=_peer(context),
+            )
+            try:
+                result = self.store.put(marker)
+            except MessageFormatError as exc:
+                raise RequestError(Code.INTERNAL_SERVER_ERROR, _PROXY + str(exc)) from None
+        except RequestError as exc:
+            return pb.RecallMessageResponse(status=status(exc.code, exc.message))
+        if self.broker.config.sync_flush:
+            await self.store.wait_flushed(result.end)
+        return pb.RecallMessageResponse(status=status(Code.OK), message_id=handle.message_id)
 
     async def end_transaction(self, request: Any, context: Any) -> Any:
         try:
