@@ -716,7 +716,10 @@ class MessagingService:
                 else gcfg.retryMaxTimes + 1
             )
             fifo = gcfg.consumeMessageOrderly
-            batch = request.batch_size if request.batch_size > 0 else RECEIVE_BATCH
+            # the proxy caps a pop at ProxyUtils.MAX_MSG_NUMS_FOR_POP_REQUEST (32)
+            batch = (
+                min(request.batch_size, RECEIVE_BATCH) if request.batch_size > 0 else RECEIVE_BATCH
+            )
         except RequestError as exc:
             yield pb.ReceiveMessageResponse(status=status(exc.code, exc.message))
             return
