@@ -9,7 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from idemp.broker.config import BrokerConfig
+from idemp.broker.metadata import TopicConfig
 from idemp.broker.process import BrokerProcess
+from idemp.broker.store import MessageStore
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -47,3 +50,12 @@ def make_broker(tmp_path: Path) -> Iterator[Callable[..., BrokerProcess]]:
 @pytest.fixture
 def broker(make_broker: Callable[..., BrokerProcess]) -> BrokerProcess:
     return make_broker()
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[MessageStore]:
+    """A broker's store with topic T (one queue), no broker around it."""
+    s = MessageStore(BrokerConfig(storePathRootDir=str(tmp_path / "store")))
+    s.topics.put(TopicConfig("T", 1, 1))
+    yield s
+    s.close()

@@ -6,25 +6,13 @@ from __future__ import annotations
 
 import time
 import types
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-from idemp.broker.config import BrokerConfig
-from idemp.broker.metadata import TopicConfig
 from idemp.broker.store import MessageStore
 from idemp.broker.v5 import pop as popmod
 from idemp.broker.v5.pop import HandleError, MalformedHandle, PopService, Receipt, pop_retry_topic
 from idemp.remoting import MessageExt
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[MessageStore]:
-    s = MessageStore(BrokerConfig(storePathRootDir=str(tmp_path / "store")))
-    s.topics.put(TopicConfig("T", 1, 1))
-    yield s
-    s.close()
 
 
 def _put(store: MessageStore, body: bytes) -> None:

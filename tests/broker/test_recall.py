@@ -6,13 +6,9 @@ from __future__ import annotations
 import base64
 import time
 import types
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-from idemp.broker.config import BrokerConfig
-from idemp.broker.metadata import TopicConfig
 from idemp.broker.store import TIMER_DELIVER_MS, MessageStore
 from idemp.broker.timer import TIMER_DEL_UNIQKEY, TimerService, delete_key
 from idemp.broker.v5.recall import (
@@ -72,14 +68,6 @@ def test_refusals_in_rocketmqs_order_and_words() -> None:
         handle = RecallHandle("T", "b", stamp, "ID")
         assert refusal(handle, "T", "b", now) == "recall failed, timestamp invalid", stamp
     assert refusal(RecallHandle("T", "b", f"+{now + 5000}", "ID"), "T", "b", now) is None
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[MessageStore]:
-    s = MessageStore(BrokerConfig(storePathRootDir=str(tmp_path / "store")))
-    s.topics.put(TopicConfig("T", 1, 1))
-    yield s
-    s.close()
 
 
 def _delayed(store: MessageStore, uniq: str, at_ms: int) -> None:
