@@ -618,7 +618,7 @@ class MessagingService:
                     Prop.TAGS: RECALL_TAG,
                     TIMER_DEL_UNIQKEY: delete_key(name, handle.message_id),
                     Prop.UNIQ_KEY: handle.message_id,
-                    TIMER_DELIVER_MS: handle.timestamp,
+                    TIMER_DELIVER_MS: str(int(handle.timestamp)),  # a Java long: checked
                 },
                 born_timestamp=now,
                 born_host=_peer(context),
