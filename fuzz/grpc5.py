@@ -96,8 +96,8 @@ def seed_requests() -> list[bytes]:
     reqs: list[tuple[str, Any]] = []
     for topic in (TOPIC, FIFO_TOPIC, "Missing", "", "%RETRY%x", "bad topic!", DELAY_TOPIC):
         reqs.append(("QueryRoute", pb.QueryRouteRequest(topic=r(name=topic))))
-        # a fixed time (the corpus is content-addressed): past 2026 + 3 days it is refused
-        # as out of range, which a fuzzed digit turns back into a recall that passes
+        # a fixed time, as the corpus is content-addressed: refused as too far ahead, and
+        # after January 2027 as past; a fuzzed digit makes it a recall that passes
         for recall in (build_handle(DELAY_TOPIC, "broker-a", 1_800_000_000_000, "01"), "x", ""):
             req = pb.RecallMessageRequest(topic=r(name=topic), recall_handle=recall)
             reqs.append(("RecallMessage", req))

@@ -5,7 +5,8 @@ The handle is RocketMQ's ``RecallMessageHandle.HandleV1``: URL-safe base64 of
 ``v1 <topic> <brokerName> <timestamp> <messageId>``, the timestamp being the message's
 timer slot (its delivery time floored to the timer's 1 s precision, a whole second one
 slot earlier) plus one. A recall parks a marker in the timer topic for that time; the
-timer drops the message when it comes due (``idemp.broker.timer``). As in RocketMQ, a
+timer drops the message when it comes due (``idemp.broker.timer``, which owns the
+marker's property and key). As in RocketMQ, a
 recall checks neither that the message exists nor that it still waits: a well-formed
 handle whose time is still ahead is recalled.
 """
@@ -17,22 +18,11 @@ import binascii
 import re
 from dataclasses import dataclass
 
-from ..timer import TIMER_DEL_UNIQKEY, delete_key
-
-__all__ = [
-    "TIMER_DEL_UNIQKEY",
-    "RecallHandle",
-    "build_handle",
-    "delete_key",
-    "parse_handle",
-    "refusal",
-    "timer_slot",
-]
-
 TIMER_PRECISION_MS = 1000  # RocketMQ's timerPrecisionMs
 TIMER_MAX_DELAY_MS = 3 * 24 * 3600 * 1000  # its timerMaxDelaySec
 RECALL_TAG = "_RECALL_TAG_"
 _JAVA_LONG = re.compile(r"[+-]?[0-9]+")
+_FROM_URLSAFE = str.maketrans("-_", "+/")
 
 
 @dataclass(frozen=True)
@@ -70,9 +60,6 @@ def parse_handle(text: str) -> RecallHandle | None:
     if len(items) < 5 or items[0] != "v1":
         return None
     return RecallHandle(items[1], items[2], items[3], items[4])
-
-
-_FROM_URLSAFE = str.maketrans("-_", "+/")
 
 
 def refusal(handle: RecallHandle, topic: str, broker_name: str, now_ms: int) -> str | None:

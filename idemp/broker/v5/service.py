@@ -27,9 +27,10 @@ from idemp.remoting.sql92 import SelectorError, compile_selector
 
 from ..metadata import Perm, grpc_group_error, grpc_topic_error
 from ..store import TIMER_DELIVER_MS, TIMER_TOPIC
+from ..timer import TIMER_DEL_UNIQKEY, delete_key
 from .convert import SYSTEM_KEYS, message_type_of, timestamp, to_proto, to_stored
 from .pop import HandleError, MalformedHandle, PopService, Receipt
-from .recall import RECALL_TAG, TIMER_DEL_UNIQKEY, build_handle, delete_key, parse_handle, refusal
+from .recall import RECALL_TAG, build_handle, parse_handle, refusal
 from .schema import SERVICE, Code, pb, status
 
 if TYPE_CHECKING:
