@@ -6,7 +6,9 @@ Workload: ``--count`` messages of 1 KB sent by one and by four threads (sync sen
 received and acked by a SimpleConsumer (batches of 32) and consumed by a PushConsumer,
 then end-to-end latency at 50 msg/s. Figures: msg/s, send and end-to-end latency
 percentiles, broker CPU per message in and out (idemp's process; RocketMQ's JVM when its
-pid is known). The 5.x client runs in .cache/v5-venv (``make v5-venv``).
+pid is known); and, for the two receiving phases, the client's CPU and the TCP segments
+with data it received per message (the client is the slower side: these explain its
+rate). The 5.x client runs in .cache/v5-venv (``make v5-venv``).
 
     python -m benchmarks grpc5 [--count 5000] [--rounds 3]
         [--real5 127.0.0.1:18081,127.0.0.1:20911]
@@ -41,6 +43,11 @@ FIGURES = [
     ("e2e_p50_ms", True),
     ("e2e_p99_ms", True),
     ("broker_cpu_ms_per_msg", True),
+    # the client's side of the two receiving figures (not a target: what explains them)
+    ("simple_client_cpu_us_per_msg", True),
+    ("push_client_cpu_us_per_msg", True),
+    ("simple_segments_in_per_msg", True),
+    ("push_segments_in_per_msg", True),
 ]
 
 

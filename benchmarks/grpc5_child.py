@@ -7,7 +7,9 @@
 from __future__ import annotations
 
 import json
+import shutil
 import statistics
+import subprocess
 import sys
 import threading
 import time
@@ -55,11 +57,47 @@ def send(producer: Producer, topic: str, count: int, threads: int) -> tuple[floa
     return count / (time.perf_counter() - began), [x for lat in latencies for x in lat]
 
 
-def simple_receive(cfg: ClientConfiguration, topic: str, group: str, count: int) -> float:
+class _ClientCost:
+    """What a consuming phase cost this client process: its CPU (all threads, gRPC's
+    own included) and the TCP segments with data it received from the server, per
+    message. The client is the slower side on this machine, so these explain its rate:
+    a server that sends each response in a segment of its own costs it more."""
+
+    def __init__(self, port: str) -> None:
+        self.port = port
+        self.cpu = time.process_time()
+        self.segs = _segments_in(port)
+
+    def per_message(self, n: int, out: dict[str, float], phase: str) -> None:
+        if n <= 0:
+            return
+        out[f"{phase}_client_cpu_us_per_msg"] = (time.process_time() - self.cpu) * 1e6 / n
+        segs = _segments_in(self.port)
+        if segs is not None and self.segs is not None:
+            out[f"{phase}_segments_in_per_msg"] = (segs - self.segs) / n
+
+
+def _segments_in(port: str) -> int | None:
+    """Data segments received on this machine's connections to ``port`` (``ss``; None
+    where it is missing). Only this process talks to that port during a phase."""
+    if shutil.which("ss") is None:
+        return None
+    got = subprocess.run(["ss", "-tinH", f"dport = :{port}"], capture_output=True, text=True)
+    total = 0
+    for word in got.stdout.split():
+        if word.startswith("data_segs_in:"):
+            total += int(word.split(":", 1)[1])
+    return total
+
+
+def simple_receive(
+    cfg: ClientConfiguration, port: str, topic: str, group: str, count: int, out: dict[str, float]
+) -> float:
     consumer = SimpleConsumer(cfg, group, {topic: FilterExpression("*")}, 5)
     consumer.startup()
     time.sleep(1)  # RocketMQ answers "settings is null" until the settings arrived
     got = 0
+    cost = _ClientCost(port)
     began = time.perf_counter()
     deadline = time.monotonic() + 300
     while got < count and time.monotonic() < deadline:
@@ -67,6 +105,7 @@ def simple_receive(cfg: ClientConfiguration, topic: str, group: str, count: int)
             consumer.ack(m)
             got += 1
     elapsed = time.perf_counter() - began
+    cost.per_message(got, out, "simple")
     consumer.shutdown()
     return got / elapsed
 
@@ -92,13 +131,17 @@ class _Counter(MessageListener):
         return ConsumeResult.SUCCESS
 
 
-def push_consume(cfg: ClientConfiguration, topic: str, group: str, count: int) -> float:
+def push_consume(
+    cfg: ClientConfiguration, port: str, topic: str, group: str, count: int, out: dict[str, float]
+) -> float:
     counter = _Counter()
     consumer = PushConsumer(cfg, group, counter, {topic: FilterExpression("*")})
+    cost = _ClientCost(port)
     consumer.startup()
     deadline = time.monotonic() + 300
     while counter.n < count and time.monotonic() < deadline:
         time.sleep(0.05)  # the consumer works on its own threads; poll its count
+    cost.per_message(counter.n, out, "push")
     consumer.shutdown()
     return counter.n / max(counter.last - counter.first, 1e-9)
 
@@ -147,8 +190,10 @@ def main() -> None:
     out["send_p50_ms"], out["send_p99_ms"] = pct(lat1, 0.5), pct(lat1, 0.99)
     out["send_4_threads_msg_s"], _ = send(producer, topic, count, 4)
     total = 2 * count + 1
-    out["simple_receive_ack_msg_s"] = simple_receive(cfg, topic, spec["group"] + "_s", total)
-    out["push_consume_msg_s"] = push_consume(cfg, topic, spec["group"] + "_p", total)
+    port = spec["endpoint"].rsplit(":", 1)[1]
+    group = spec["group"]
+    out["simple_receive_ack_msg_s"] = simple_receive(cfg, port, topic, group + "_s", total, out)
+    out["push_consume_msg_s"] = push_consume(cfg, port, topic, group + "_p", total, out)
     lats = latency(cfg, producer, spec["latency_topic"], spec["group"] + "_l", 50, 4)
     out["e2e_p50_ms"], out["e2e_p99_ms"] = pct(lats, 0.5), pct(lats, 0.99)
     out["e2e_mean_ms"] = statistics.fmean(lats) if lats else float("nan")
