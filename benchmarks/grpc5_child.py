@@ -74,20 +74,31 @@ class _ClientCost:
         out[f"{phase}_client_cpu_us_per_msg"] = (time.process_time() - self.cpu) * 1e6 / n
         segs = _segments_in(self.port)
         if segs is not None and self.segs is not None:
-            out[f"{phase}_segments_in_per_msg"] = (segs - self.segs) / n
+            # per connection: one closed meanwhile (an earlier phase's) drops out, a new
+            # one (this phase's consumer) counts from zero
+            got = sum(count - self.segs.get(conn, 0) for conn, count in segs.items())
+            out[f"{phase}_segments_in_per_msg"] = got / n
 
 
-def _segments_in(port: str) -> int | None:
-    """Data segments received on this machine's connections to ``port`` (``ss``; None
-    where it is missing). Only this process talks to that port during a phase."""
+def _segments_in(port: str) -> dict[str, int] | None:
+    """Data segments received so far on each of this machine's connections to ``port``,
+    by local address (``ss``; None where it is missing). Only this process talks to that
+    port during a phase."""
     if shutil.which("ss") is None:
         return None
     got = subprocess.run(["ss", "-tinH", f"dport = :{port}"], capture_output=True, text=True)
-    total = 0
-    for word in got.stdout.split():
-        if word.startswith("data_segs_in:"):
-            total += int(word.split(":", 1)[1])
-    return total
+    counts: dict[str, int] = {}
+    conn = ""
+    for line in got.stdout.splitlines():
+        if line and not line[0].isspace():  # "ESTAB 0 0 <local> <peer>"
+            fields = line.split()
+            conn = fields[3] if len(fields) > 3 else ""
+            counts[conn] = 0
+            continue
+        for word in line.split():
+            if word.startswith("data_segs_in:"):
+                counts[conn] = int(word.split(":", 1)[1])
+    return counts
 
 
 def simple_receive(
