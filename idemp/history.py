@@ -20,7 +20,9 @@ from idemp.remoting.codes import (
     DLQ_GROUP_TOPIC_PREFIX,
     RETRY_GROUP_TOPIC_PREFIX,
     SCHEDULE_TOPIC,
+    SYSTEM_TOPIC_PREFIX,
     SYSTEM_TOPICS,
+    TIMER_TOPIC,
     TRANS_HALF_TOPIC,
     TRANS_OP_HALF_TOPIC,
     MessageSysFlag,
@@ -45,11 +47,13 @@ def kind_of(msg: MessageExt) -> str:
         return "op"
     if msg.topic == SCHEDULE_TOPIC:
         return "scheduled"
+    if msg.topic == TIMER_TOPIC:  # waiting for its delivery time, or a recall's marker
+        return "system" if Prop.TIMER_DEL_UNIQKEY in msg.properties else "scheduled"
     if msg.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
         return "retry"
     if msg.topic.startswith(DLQ_GROUP_TOPIC_PREFIX):
         return "dlq"
-    if msg.topic in SYSTEM_TOPICS:
+    if msg.topic in SYSTEM_TOPICS or msg.topic.startswith(SYSTEM_TOPIC_PREFIX):
         return "system"
     return "message"
 

@@ -6,7 +6,7 @@ import json
 from typing import TYPE_CHECKING
 
 from idemp.remoting import RemotingCommand, RequestCode, ResponseCode, jsonlenient
-from idemp.remoting.codes import DEFAULT_TOPIC, SYSTEM_TOPICS, Perm
+from idemp.remoting.codes import DEFAULT_TOPIC, SYSTEM_TOPIC_PREFIX, SYSTEM_TOPICS, Perm
 
 from .metadata import (
     MESSAGE_TYPE_ATTRIBUTE,
@@ -127,7 +127,7 @@ def create_topic(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingCo
         )
     # TopicValidator.isSystemTopic: TBW102, SCHEDULE_TOPIC_XXXX, the transaction topics...
     # are the broker's own; re-creating TBW102 could e.g. switch off auto-creation.
-    if topic in SYSTEM_TOPICS or topic == DEFAULT_TOPIC or topic.startswith("rmq_sys_"):
+    if topic in SYSTEM_TOPICS or topic == DEFAULT_TOPIC or topic.startswith(SYSTEM_TOPIC_PREFIX):
         return cmd.response(
             ResponseCode.SYSTEM_ERROR, f"The topic[{topic}] is conflict with system topic."
         )

@@ -17,6 +17,7 @@ from idemp.remoting.codes import (
     DLQ_GROUP_TOPIC_PREFIX,
     RETRY_GROUP_TOPIC_PREFIX,
     SCHEDULE_TOPIC,
+    SYSTEM_TOPIC_PREFIX,
     SYSTEM_TOPICS,
     TRANS_HALF_TOPIC,
     Perm,
@@ -59,7 +60,7 @@ def grpc_topic_error(topic: str) -> str | None:
         return f"The specified topic is longer than topic max length {TOPIC_MAX_LENGTH}."
     if not TOPIC_PATTERN.fullmatch(topic):
         return f"The specified topic[{topic}] contains illegal characters, allowing only {_ALLOWED}"
-    if topic in SYSTEM_TOPIC_NAMES or topic.startswith("rmq_sys_"):
+    if topic in SYSTEM_TOPIC_NAMES or topic.startswith(SYSTEM_TOPIC_PREFIX):
         return "cannot access system topic"
     return None
 

@@ -16,7 +16,7 @@ from enum import Enum
 from pathlib import Path
 
 from idemp.history import is_visible
-from idemp.remoting.codes import SCHEDULE_TOPIC, MessageSysFlag, Prop
+from idemp.remoting.codes import SCHEDULE_TOPIC, TIMER_TOPIC, MessageSysFlag, Prop
 from idemp.remoting.message import MessageExt, decode_message, encode_message
 from idemp.remoting.tags import tags_code
 
@@ -30,7 +30,6 @@ from .metadata import GroupTable, OffsetTable, TopicTable
 DELETED_TOPICS = "deletedTopics.json"
 # RocketMQ 5's timer messages (a delivery time to the millisecond, not a delay level)
 # wait in this topic; its consume queue's tags code is the delivery time.
-TIMER_TOPIC = "rmq_sys_wheel_timer"
 TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
 log = logging.getLogger("idemp.broker.store")
 

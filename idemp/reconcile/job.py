@@ -28,6 +28,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from idemp.remoting.codes import TIMER_TOPIC, Prop
+
 from .schemas import (
     BENIGN_CLASSES,
     CONSUMED,
@@ -115,6 +117,27 @@ def subscriptions_df(spark: SparkSession, cfg: JobConfig) -> DataFrame:
     return spark.createDataFrame(rows, schema=schema)
 
 
+def _without_recalled(history: DataFrame) -> DataFrame:
+    """RocketMQ 5's timer rows: a message waiting for its delivery time is a scheduled
+    copy, unless a recall's marker names it (``<real topic>+<message id>``): then it will
+    never be delivered and is no copy at all. Only the timer's rows are joined."""
+    from pyspark.sql import functions as F
+
+    if "properties" not in history.columns:  # a history without them: nothing to match
+        return history
+    in_timer = F.col("topic") == TIMER_TOPIC
+    markers = history.where(in_timer & (F.col("kind") == "system")).select(
+        F.get_json_object("properties", f"$.{Prop.TIMER_DEL_UNIQKEY}").alias("recalled")
+    )
+    waiting = history.where(in_timer & (F.col("kind") == "scheduled"))
+    kept = waiting.join(
+        markers,
+        F.concat(waiting["real_topic"], F.lit("+"), waiting["msg_id"]) == markers["recalled"],
+        "left_anti",
+    )
+    return history.where(~in_timer).unionByName(kept)
+
+
 def attributed_history(
     history: DataFrame, subs: DataFrame, offsets: DataFrame, cfg: JobConfig
 ) -> DataFrame:
@@ -122,6 +145,7 @@ def attributed_history(
     its offset is committed."""
     from pyspark.sql import functions as F
 
+    history = _without_recalled(history)
     kind, topic, real = F.col("kind"), F.col("topic"), F.col("real_topic")
     sched_retry = (kind == "scheduled") & real.startswith(RETRY_PREFIX)
     att_topic = (
@@ -129,8 +153,23 @@ def attributed_history(
         .when(kind.isin("retry", "dlq") | sched_retry, F.col("retry_topic"))
         .when(kind == "scheduled", real)
     )
+    # a RocketMQ 5 POP retry lives in %RETRY%<group>_<topic>; its first pop's time tells
+    # it from the 4.x retry topic of a group that happens to be named <group>_<topic>
+    popped = (
+        F.get_json_object("properties", f"$['{Prop.FIRST_POP_TIME}']").isNotNull()
+        if "properties" in history.columns
+        else F.lit(False)
+    )
+    pop_retry = (
+        (kind == "retry") & popped & topic.endswith(F.concat(F.lit("_"), F.col("retry_topic")))
+    )
+    start = len(RETRY_PREFIX) + 1
     att_group = (
-        F.when(kind == "retry", F.expr(f"substring(topic, {len(RETRY_PREFIX) + 1})"))
+        F.when(
+            pop_retry,
+            F.expr(f"substring(topic, {start}, length(topic) - length(retry_topic) - {start})"),
+        )
+        .when(kind == "retry", F.expr(f"substring(topic, {start})"))
         .when(kind == "dlq", F.expr(f"substring(topic, {len(DLQ_PREFIX) + 1})"))
         .when(sched_retry, F.expr(f"substring(real_topic, {len(RETRY_PREFIX) + 1})"))
     )

@@ -212,6 +212,11 @@ TRANS_OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
 TRANS_CHECK_MAX_TIME_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
 RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
 DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
+# TopicValidator.SYSTEM_TOPIC_PREFIX: every topic named so is the broker's own
+SYSTEM_TOPIC_PREFIX = "rmq_sys_"
+# RocketMQ 5's timer (TimerMessageStore.TIMER_TOPIC): messages sent with a delivery time
+# wait here, their real topic in REAL_TOPIC; a recall's marker waits beside them
+TIMER_TOPIC = SYSTEM_TOPIC_PREFIX + "wheel_timer"
 # Clients may not send to these directly (SendMessageProcessor.msgCheck,
 # TopicValidator.NOT_ALLOWED_SEND_TOPIC_SET).
 NOT_ALLOWED_SEND_TOPICS = frozenset(
@@ -260,6 +265,9 @@ class Prop:
     MSG_TYPE = "MSG_TYPE"
     PUSH_REPLY_TIME = "PUSH_REPLY_TIME"
     REPLY_MESSAGE_ARRIVE_TIME = "ARRIVE_TIME"
+    # RocketMQ 5: a recall's marker ("<topic>+<message id>"); a POP retry's first pop
+    TIMER_DEL_UNIQKEY = "TIMER_DEL_UNIQKEY"
+    FIRST_POP_TIME = "1ST_POP_TIME"
 
 
 REPLY_MESSAGE_FLAG = "reply"  # MixAll.REPLY_MESSAGE_FLAG, the MSG_TYPE of a reply

@@ -144,3 +144,20 @@ def test_history_pull_equals_export(
         r for r in export_rows if r["topic"] != "H2" and mid <= r["store_timestamp"] < mid + 1
     ]
     assert window_rows != []
+
+
+def test_the_kind_of_rocketmq5_records() -> None:
+    """A message waiting in RocketMQ 5's timer is scheduled (as one in a delay level's
+    queue); a recall's marker there and every other rmq_sys_ topic are the broker's own;
+    a POP retry is a retry."""
+    from idemp.history import kind_of
+    from idemp.remoting.message import MessageExt
+
+    def kind(topic: str, **props: str) -> str:
+        return kind_of(MessageExt(topic=topic, properties=dict(props)))
+
+    assert kind("rmq_sys_wheel_timer", REAL_TOPIC="T", TIMER_DELIVER_MS="1") == "scheduled"
+    assert kind("rmq_sys_wheel_timer", TIMER_DEL_UNIQKEY="T+ID") == "system"
+    assert kind("rmq_sys_REVIVE_LOG_broker-a") == "system"
+    assert kind("%RETRY%G_T", RETRY_TOPIC="T", **{"1ST_POP_TIME": "1"}) == "retry"
+    assert kind("T") == "message"

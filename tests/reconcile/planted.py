@@ -51,6 +51,7 @@ class Builder:
         reconsume: int = 0,
         ts: int = DAY0 + 3_600_000,
         visible: bool = True,
+        extra_props: dict[str, str] | None = None,
     ) -> str:
         self._n += 1
         msg_id = msg_id or f"MSG{self._n:06d}"
@@ -58,6 +59,7 @@ class Builder:
         props: dict[str, str] = {"UNIQ_KEY": msg_id}
         if key is not None:
             props["KEYS"] = key
+        props.update(extra_props or {})
         self.rows.append(
             {
                 "topic": topic,

@@ -133,3 +133,43 @@ def test_thresholds_and_clean_exit(spark: Any, tmp_path: Path, dataset: Any) -> 
     summary = json.loads((out / "summary.json").read_text())
     assert summary["failed"] == {"orphan": 2}
     assert not (out / "report.html").exists()  # the previous run's report was removed
+
+
+def test_rocketmq5_pop_retries_and_timer_copies(spark: Any, tmp_path: Path) -> None:
+    """A 5.x group's POP retries live in %RETRY%<group>_<topic> (told from a 4.x group of
+    that name by their 1ST_POP_TIME); a message sent with a delivery time waits in the
+    timer topic, and one recalled there is no copy at all."""
+    b = planted.Builder()
+    t, pop_retry, timer = "t5", "%RETRY%g5_t5", "rmq_sys_wheel_timer"
+    first_pop = {"1ST_POP_TIME": "1699920000000"}
+    # delivered, then redelivered through the POP retry topic: two deliveries
+    mid = b.msg(t, "pop-dup", 0)
+    b.msg(pop_retry, "pop-dup", 0, kind="retry", msg_id=mid, retry_topic=t, extra_props=first_pop)
+    b.record("g5/t5", "pop-dup", "CONSUMED")
+    # received, failed, its retry not yet consumed: pending, not lost
+    mid = b.msg(t, "pop-wait", 1)
+    b.msg(pop_retry, "pop-wait", 1, kind="retry", msg_id=mid, retry_topic=t, extra_props=first_pop)
+    # the same topic name as the 4.x retry topic of a group "g5_t5": not g5's copy
+    mid = b.msg(t, "legacy", 2)
+    b.msg(pop_retry, "legacy", 2, kind="retry", msg_id=mid, retry_topic=t)
+    b.record("g5/t5", "legacy", "CONSUMED")
+    # waiting for its delivery time: in flight
+    b.msg(timer, "timer-wait", 0, kind="scheduled", real_topic=t)
+    # recalled: the marker names "<topic>+<message id>"
+    mid = b.msg(timer, "timer-recalled", 1, kind="scheduled", real_topic=t)
+    b.msg(timer, None, 2, kind="system", extra_props={"TIMER_DEL_UNIQKEY": f"{t}+{mid}"})
+    b.offsets = {"t5@g5": 100, "%RETRY%g5_t5@g5": 1}
+    paths = planted.write(b, tmp_path / "in", "parquet")
+    out = tmp_path / "out"
+    args = ["--history", paths["history"], "--records", paths["records"]]
+    args += ["--offsets", paths["offsets"], "--out", str(out)]
+    assert main([*args, "--as-of", str(planted.AS_OF), "--no-progress", "--no-html"]) == 0
+    keys = spark.read.parquet(str(out / "keys")).where("in_scope and key is not null")
+    names = list(planted.CLASS_COUNTS)
+    got = {r["key"]: {n for n in names if r[n]} for r in keys.collect()}
+    assert got == {
+        "pop-dup": {"duplicate_absorbed"},
+        "pop-wait": {"pending"},
+        "legacy": {"ok"},
+        "timer-wait": {"pending"},
+    }
