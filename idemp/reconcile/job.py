@@ -120,22 +120,23 @@ def subscriptions_df(spark: SparkSession, cfg: JobConfig) -> DataFrame:
 def _without_recalled(history: DataFrame) -> DataFrame:
     """RocketMQ 5's timer rows: a message waiting for its delivery time is a scheduled
     copy, unless a recall's marker names it (``<real topic>+<message id>``): then it will
-    never be delivered and is no copy at all. Only the timer's rows are joined."""
+    never be delivered and is no copy at all. Only the timer's rows (a few) are read
+    again and shuffled, by the name a marker gives."""
+    from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     if "properties" not in history.columns:  # a history without them: nothing to match
         return history
     in_timer = F.col("topic") == TIMER_TOPIC
-    markers = history.where(in_timer & (F.col("kind") == "system")).select(
-        F.get_json_object("properties", f"$.{Prop.TIMER_DEL_UNIQKEY}").alias("recalled")
-    )
-    waiting = history.where(in_timer & (F.col("kind") == "scheduled"))
-    kept = waiting.join(
-        markers,
-        F.concat(waiting["real_topic"], F.lit("+"), waiting["msg_id"]) == markers["recalled"],
-        "left_anti",
-    )
-    return history.where(~in_timer).unionByName(kept)
+    marker = F.col("kind") == "system"
+    named = F.when(
+        marker, F.get_json_object("properties", f"$.{Prop.TIMER_DEL_UNIQKEY}")
+    ).otherwise(F.concat(F.col("real_topic"), F.lit("+"), F.col("msg_id")))
+    recalled = F.max(marker.cast("int")).over(Window.partitionBy("_named")) == 1
+    timer = history.where(in_timer).withColumn("_named", named)
+    timer = timer.withColumn("_recalled", recalled)
+    waiting = timer.where((F.col("kind") == "scheduled") & ~F.col("_recalled"))
+    return history.where(~in_timer).unionByName(waiting.drop("_named", "_recalled"))
 
 
 def attributed_history(
