@@ -33,7 +33,6 @@ log = logging.getLogger(__name__)
 
 STATE_FILE = "timerProgress.json"
 MAX_IDLE_WAIT_S = 5.0
-TIMER_DEL_UNIQKEY = Prop.TIMER_DEL_UNIQKEY  # a recall's marker: "<topic>+<message id>"
 # a marker is due at most a second before its message; kept longer in case the timer
 # runs late, then forgotten (a recall of a message that never existed leaves one behind)
 RECALL_KEEP_MS = 60_000
@@ -81,7 +80,7 @@ class TimerService:
                 msg = store.lookup(cq.phy[offset])
                 if msg is None:
                     continue
-                marker = msg.properties.get(TIMER_DEL_UNIQKEY)
+                marker = msg.properties.get(Prop.TIMER_DEL_UNIQKEY)
                 if marker is not None:  # markers first: one may come due with its message
                     self.recalled[marker] = when
                 else:

@@ -10,7 +10,7 @@ import types
 import pytest
 
 from idemp.broker.store import TIMER_DELIVER_MS, MessageStore
-from idemp.broker.timer import TIMER_DEL_UNIQKEY, TimerService, delete_key
+from idemp.broker.timer import TimerService, delete_key
 from idemp.broker.v5.recall import (
     RecallHandle,
     build_handle,
@@ -19,6 +19,7 @@ from idemp.broker.v5.recall import (
     timer_slot,
 )
 from idemp.remoting import MessageExt
+from idemp.remoting.codes import Prop
 
 # a handle RocketMQ 5.3.3 returned (2026-11-27, its proxy with rocketmq-python-client 5.1.2)
 REAL = (
@@ -78,7 +79,7 @@ def _delayed(store: MessageStore, uniq: str, at_ms: int) -> None:
 def _marker(store: MessageStore, uniq: str, at_ms: int) -> None:
     props = {
         "UNIQ_KEY": uniq,
-        TIMER_DEL_UNIQKEY: delete_key("T", uniq),
+        Prop.TIMER_DEL_UNIQKEY: delete_key("T", uniq),
         TIMER_DELIVER_MS: str(timer_slot(at_ms) + 1),
     }
     store.put(MessageExt(topic="T", body=b"0", properties=props))

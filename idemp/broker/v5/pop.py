@@ -45,7 +45,6 @@ CLEAR_MS = 1000
 RENEW_AHEAD_MS = 10_000
 RENEW_SLICE_MS = 60_000
 RETRY_TOPIC = "1"
-FIRST_POP_TIME = Prop.FIRST_POP_TIME
 DLQ_ORIGIN_TOPIC = "DLQ_ORIGIN_TOPIC"
 DLQ_ORIGIN_MESSAGE_ID = "DLQ_ORIGIN_MESSAGE_ID"
 
@@ -642,7 +641,7 @@ class PopService:
         cfg = self.store.topics.create_system(retry, 1, Perm.READ | Perm.WRITE)
         props = dict(msg.properties)
         props.setdefault(Prop.RETRY_TOPIC, topic)
-        props.setdefault(FIRST_POP_TIME, str(now))
+        props.setdefault(Prop.FIRST_POP_TIME, str(now))
         props.pop(Prop.DELAY, None)
         props[Prop.WAIT] = "false"
         self.store.put(

@@ -27,7 +27,7 @@ from idemp.remoting.sql92 import SelectorError, compile_selector
 
 from ..metadata import Perm, grpc_group_error, grpc_topic_error
 from ..store import TIMER_DELIVER_MS, TIMER_TOPIC
-from ..timer import TIMER_DEL_UNIQKEY, delete_key
+from ..timer import delete_key
 from .convert import SYSTEM_KEYS, message_type_of, timestamp, to_proto, to_stored
 from .pop import HandleError, MalformedHandle, PopService, Receipt
 from .recall import RECALL_TAG, build_handle, parse_handle, refusal
@@ -617,7 +617,7 @@ class MessagingService:
                 body=b"0",
                 properties={
                     Prop.TAGS: RECALL_TAG,
-                    TIMER_DEL_UNIQKEY: delete_key(name, handle.message_id),
+                    Prop.TIMER_DEL_UNIQKEY: delete_key(name, handle.message_id),
                     Prop.UNIQ_KEY: handle.message_id,
                     TIMER_DELIVER_MS: str(int(handle.timestamp)),  # a Java long: checked
                 },
