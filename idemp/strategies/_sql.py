@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping, Sequence
+from itertools import chain
 from typing import Any, TypeVar
 
 import sqlalchemy as sa
@@ -195,7 +196,7 @@ class DriverStatement:
     (``DBAPIError`` with ``orig``; a dropped connection is invalidated), so callers
     handle one kind of error either way."""
 
-    __slots__ = ("statement", "sql", "names", "positional")
+    __slots__ = ("statement", "sql", "names", "positional", "_row_major")
 
     def __init__(
         self, statement: Any, engine: Engine, column_keys: Sequence[str] | None = None
@@ -205,6 +206,7 @@ class DriverStatement:
         self.sql: str | None = None
         self.names: tuple[str, ...] = ()
         self.positional = False
+        self._row_major: bool | None = None  # see run_rows
         dialect = engine.dialect
         try:
             keys = list(column_keys) if column_keys is not None else None
@@ -240,6 +242,21 @@ class DriverStatement:
         if self._watched(conn):
             return conn.execute(self.statement, params)
         return self._on_cursor(conn, "execute", self._args(params))
+
+    def run_rows(
+        self, conn: Connection, columns: Sequence[str], rows: Sequence[Sequence[Any]]
+    ) -> Any:
+        """A multi-row statement whose parameters are named ``{column}_{i}``, given as
+        value rows in ``columns`` order. A positional driver whose placeholders run row by
+        row in that order takes the values as they come: no name is looked up (building
+        and reading a dict of 11 names per row cost a batch of 32 ~10 % of its claim)."""
+        if self._row_major is None:
+            expected = tuple(f"{c}_{i}" for i in range(len(rows)) for c in columns)
+            self._row_major = self.positional and self.names == expected
+        if self._row_major and not self._watched(conn):
+            return self._on_cursor(conn, "execute", tuple(chain.from_iterable(rows)))
+        named = {f"{c}_{i}": v for i, row in enumerate(rows) for c, v in zip(columns, row)}
+        return self.run(conn, named)
 
     def run_many(self, conn: Connection, rows: list[dict[str, Any]]) -> None:
         """Execute once per parameter set (no RETURNING)."""

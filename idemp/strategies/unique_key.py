@@ -258,14 +258,12 @@ class UniqueKeyTable(ClaimStrategy):
             }
             got = conn.execute(self._insert_unnest, params)
         else:
-            rows = [self._row(j, token, now, status) for j in jobs]
-            sized = self._insert_rows.get(len(rows)) if self._insert_rows is not None else None
+            values = [self._values(j, token, now, status) for j in jobs]
+            sized = self._insert_rows.get(len(values)) if self._insert_rows is not None else None
             if sized is not None:
-                got = sized.run(
-                    conn, {f"{k}_{i}": v for i, row in enumerate(rows) for k, v in row.items()}
-                ).fetchall()
+                got = sized.run_rows(conn, CLAIM_COLUMNS, values).fetchall()
             else:
-                got = conn.execute(self._insert_many, rows)
+                got = conn.execute(self._insert_many, [dict(zip(CLAIM_COLUMNS, v)) for v in values])
         return token, {(ns, k) for ns, k in got}
 
     def _claims_of(self, size: int) -> Any:
@@ -318,9 +316,13 @@ class UniqueKeyTable(ClaimStrategy):
 
     # -- claim ------------------------------------------------------------------------
     def _row(self, job: Job, token: str, now: int, status: str) -> dict[str, Any]:
+        return dict(zip(CLAIM_COLUMNS, self._values(job, token, now, status)))
+
+    def _values(self, job: Job, token: str, now: int, status: str) -> tuple[Any, ...]:
+        """A claim row's values in ``CLAIM_COLUMNS`` order."""
         deadline = now + self.deadline_ms
         expires = deadline + self.retention_ms if status == CONSUMING else now + self.retention_ms
-        values = (
+        return (
             job.namespace,
             stored_key(job.key),
             status,
@@ -333,7 +335,6 @@ class UniqueKeyTable(ClaimStrategy):
             now,
             now,
         )
-        return dict(zip(CLAIM_COLUMNS, values))
 
     def _try_insert(self, conn: Connection, row: dict[str, Any]) -> bool:
         if self._insert is None:

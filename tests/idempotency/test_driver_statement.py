@@ -169,6 +169,48 @@ def test_sized_statements_compile_once_per_size_up_to_the_limit(kind: str, engin
 
 
 @both
+def test_rows_go_to_the_driver_as_values_only_when_its_placeholders_run_row_by_row(
+    kind: str, engine: Engine
+) -> None:
+    table = _table(engine, f"rows_{kind}")
+
+    def build(size: int) -> Any:
+        rows = [
+            {"id": sa.bindparam(f"id_{i}"), "state": sa.bindparam(f"state_{i}")}
+            for i in range(size)
+        ]
+        return table.insert().values(rows)
+
+    values = [("a", "x"), ("b", "y"), ("c", "z")]
+    statement = DriverStatement(build(3), engine)
+    with engine.begin() as conn:
+        statement.run_rows(conn, ("id", "state"), values)
+    # SQLite's placeholders are positional and row by row: the values went as they came;
+    # PostgreSQL's driver takes names, so they went as a dict
+    assert statement._row_major is (kind == "sqlite")
+    # columns named in another order than the placeholders': by name, not by position
+    other = DriverStatement(build(2), engine)
+    with engine.begin() as conn:
+        other.run_rows(conn, ("state", "id"), [("w", "d"), ("v", "e")])
+    assert other._row_major is False
+    seen = _watched(engine)  # watched: SQLAlchemy runs it, with the same rows
+    watched = DriverStatement(build(1), engine)
+    with engine.begin() as conn:
+        watched.run_rows(conn, ("id", "state"), [("f", "u")])
+    assert len(seen) == 1
+    with engine.connect() as conn:
+        rows = conn.execute(sa.select(table.c.id, table.c.state).order_by(table.c.id)).all()
+    assert [tuple(r) for r in rows] == [
+        ("a", "x"),
+        ("b", "y"),
+        ("c", "z"),
+        ("d", "w"),
+        ("e", "v"),
+        ("f", "u"),
+    ]
+
+
+@both
 def test_claim_rows_have_the_claim_columns(kind: str, sql_url: Callable[[str], str]) -> None:
     table = UniqueKeyTable(sql_url(kind), transactional=True)
     try:
