@@ -14,6 +14,8 @@ from enum import Enum
 from types import MappingProxyType
 from typing import Any
 
+from idemp._fastinit import fast_frozen_init
+
 _EMPTY: Mapping[str, str] = MappingProxyType({})
 
 
@@ -29,6 +31,7 @@ class ConsumeResult(Enum):
     DEAD_LETTER = "dead_letter"
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class Message:
     topic: str

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
+from idemp._fastinit import fast_frozen_init
 from idemp.message import ConsumeResult, Message
 
 _ACK = ConsumeResult.SUCCESS
@@ -48,6 +49,7 @@ class Outcome(Enum):
 _RETRIED = frozenset({Outcome.IN_PROGRESS, Outcome.HELD, Outcome.FAILED, Outcome.STORE_ERROR})
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class Result:
     """A decorated listener's return value for one message."""

@@ -20,6 +20,7 @@ from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
+from idemp._fastinit import fast_frozen_init
 from idemp.guards import (
     AHEAD,
     Entered,
@@ -85,6 +86,7 @@ _LEVEL = {
 }
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class Context:
     """What a handler that takes a second argument (``def handle(message, ctx)``) receives.

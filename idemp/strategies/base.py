@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, ClassVar
 
+from idemp._fastinit import fast_frozen_init
 from idemp.message import Message
 from idemp.outcome import Outcome
 
@@ -67,6 +68,7 @@ class Verdict(Enum):
         return self is Verdict.RUN or self is Verdict.TAKEOVER
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class Job:
     """One message to decide on: its namespaced business key and optional fingerprint."""
