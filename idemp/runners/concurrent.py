@@ -14,7 +14,6 @@ import asyncio
 import logging
 from typing import Any
 
-from idemp.client.consumer import to_message
 from idemp.client.processqueue import ProcessQueue
 from idemp.client.route import MessageQueue
 from idemp.message import ConsumeResult
@@ -59,8 +58,7 @@ class ConcurrentRunner(RunnerBase):
     async def _consume(self, mq: MessageQueue, pq: ProcessQueue, exts: list[MessageExt]) -> None:
         if pq.dropped:
             return
-        group = self.settings.group
-        results = await self.call_listener([to_message(e, mq, group) for e in exts], False)
+        results = await self.call_listener(exts, mq, False)
         pq.last_consume_time = asyncio.get_running_loop().time()
         if pq.dropped or len(results) < len(exts):
             # the queue moved on, or the runner stopped mid-batch: its next owner consumes

@@ -25,7 +25,6 @@ import logging
 import time
 from typing import Any
 
-from idemp.client.consumer import to_message
 from idemp.client.processqueue import ProcessQueue
 from idemp.client.route import MessageQueue
 from idemp.message import ConsumeResult
@@ -119,8 +118,7 @@ class OrderlyRunner(RunnerBase):
 
     async def _run_batch(self, mq: MessageQueue, pq: ProcessQueue, exts: list[MessageExt]) -> bool:
         """Consume one batch in order; return True when the queue must be suspended."""
-        group = self.settings.group
-        results = await self.call_listener([to_message(e, mq, group) for e in exts], True)
+        results = await self.call_listener(exts, mq, True)
         pq.last_consume_time = time.monotonic()
         acked = [r is ConsumeResult.SUCCESS for r in results]
         n_ok = len(acked) if all(acked) else acked.index(False)
