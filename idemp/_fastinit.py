@@ -3,9 +3,10 @@
 A frozen dataclass's generated ``__init__`` sets each field through
 ``object.__setattr__`` (a global and an attribute lookup, then a generic call). Setting
 through each slot's own descriptor does the same store for about half the cost:
-``Message`` (18 fields) is built for every delivered message, and ``Job``, ``Context``
-and ``Result`` for every handled one. The class stays frozen: only ``__init__`` goes
-around ``__setattr__``, as the generated one does.
+``Message`` (18 fields) is built for every delivered message, and ``Job``, ``Context``,
+``Result`` (and under a guard ``Transition`` and ``Entered``) for every handled one.
+The class stays frozen: only ``__init__`` goes around ``__setattr__``, as the generated
+one does.
 """
 
 from __future__ import annotations

@@ -35,6 +35,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 
+from idemp._fastinit import fast_frozen_init
 from idemp.keys import KeyExtractor, KeyResult, KeySpec, Missing, extractor
 from idemp.message import Message, ack_of
 from idemp.strategies._entity_batch import BatchRows
@@ -88,6 +89,7 @@ class GuardConflict(RuntimeError):
     """The entity's state changed between load and save (a concurrent transition)."""
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class Transition:
     entity: str
@@ -524,6 +526,7 @@ class Guard:
         return value
 
 
+@fast_frozen_init
 @dataclass(frozen=True, slots=True)
 class Entered:
     """A guard passed: the state's open transaction and the transition to apply."""

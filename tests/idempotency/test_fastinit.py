@@ -12,10 +12,11 @@ import pytest
 
 from idemp import Context, Message, Result
 from idemp._fastinit import fast_frozen_init
+from idemp.guards import Entered, Transition
 from idemp.outcome import Outcome
 from idemp.strategies.base import Job
 
-PER_MESSAGE = [Message, Job, Context, Result]
+PER_MESSAGE = [Message, Job, Context, Result, Transition, Entered]
 
 
 def _reference(cls: type) -> type:
