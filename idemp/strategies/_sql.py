@@ -248,8 +248,8 @@ class DriverStatement:
     ) -> Any:
         """A multi-row statement whose parameters are named ``{column}_{i}``, given as
         value rows in ``columns`` order. A positional driver whose placeholders run row by
-        row in that order takes the values as they come: no name is looked up (building
-        and reading a dict of 11 names per row cost a batch of 32 ~10 % of its claim)."""
+        row in that order takes the values as they come: no name is looked up (a dict of
+        11 names a row, built and read back, cost a batch of 32 ~3 µs a message)."""
         if self._row_major is None:
             expected = tuple(f"{c}_{i}" for i in range(len(rows)) for c in columns)
             self._row_major = self.positional and self.names == expected
