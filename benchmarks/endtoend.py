@@ -21,9 +21,11 @@ table. Rows:
   against the anchor whose effect goes to the same database as its own.
 
 Reported per row: msg/s from the first delivery to the last, CPU per message of the
-consumer process and of the store's server (PostgreSQL: the postmaster and its backends;
-Redis: ``INFO cpu``; SQLite is inside the consumer), the ratio to the ceiling of the
-same effect database, and whether every key's effect exists exactly once.
+consumer process (for idemp's rows also split: the client's loop thread and the
+listener's threads, from ``/proc``) and of the store's server (PostgreSQL: the
+postmaster and its backends; Redis: ``INFO cpu``; SQLite is inside the consumer), the
+ratio to the ceiling of the same effect database, and whether every key's effect
+exists exactly once.
 """
 
 from __future__ import annotations
@@ -233,6 +235,30 @@ def _effects_ok(engine: Any, table: Any, keys: int, ceiling: bool) -> str:
     return f"WRONG: {total} effects for {distinct} of {keys} keys"
 
 
+def _thread_cpu() -> dict[str, float]:
+    """CPU seconds of this process's threads so far, by role: the client's loop thread,
+    the listener's threads, the rest (``/proc/self/task``; threads by their names)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    names = {t.native_id: t.name for t in threading.enumerate()}
+    out = {"loop": 0.0, "listener": 0.0, "other": 0.0}
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            text = Path(f"/proc/self/task/{tid}/stat").read_text()
+        except OSError:  # the thread ended meanwhile
+            continue
+        fields = text[text.rindex(")") + 2 :].split()
+        name = names.get(int(tid), "")
+        role = (
+            "loop"
+            if name.startswith("idemp-client")
+            else "listener"
+            if name.startswith("idemp-consume")
+            else "other"
+        )
+        out[role] += (int(fields[11]) + int(fields[12])) / tick
+    return out
+
+
 def _child_idemp(row: str, namesrv: str, count: int, batch: int, urls: dict[str, str]) -> int:
     from idemp.client import ClientSettings, ConsumeFrom, ConsumerSettings
     from idemp.runners import ConcurrentRunner
@@ -248,17 +274,19 @@ def _child_idemp(row: str, namesrv: str, count: int, batch: int, urls: dict[str,
     runner = ConcurrentRunner(listener, settings=settings, client=ClientSettings(namesrv))
     runner.subscribe(TOPIC)
     runner.start()
+    before = _thread_cpu()  # consuming starts after this: the split is the run's own
     ok = tally.done.wait(1800)
+    after = _thread_cpu()
     runner.shutdown()
     verdict = _effects_ok(engine, table, _keys(count), row.startswith("ceiling"))
     for thing in closing:
         thing.close()
     engine.dispose()
-    _report(tally, ok, verdict)
+    _report(tally, ok, verdict, {k: after[k] - before[k] for k in after})
     return 0
 
 
-def _report(tally: _Tally, ok: bool, verdict: str) -> None:
+def _report(tally: _Tally, ok: bool, verdict: str, threads: dict[str, float] | None = None) -> None:
     print(
         json.dumps(
             {
@@ -267,6 +295,7 @@ def _report(tally: _Tally, ok: bool, verdict: str) -> None:
                 "cpu": tally.cpu_last - tally.cpu_first,
                 "ok": ok,
                 "effects": verdict,
+                "threads": threads,
             }
         ),
         flush=True,
@@ -468,8 +497,8 @@ def _table(results: dict[str, dict[str, Any]], count: int, batch: int) -> None:
         f"{batch}, idemp's broker, load average {os.getloadavg()[0]:.1f}"
     )
     head = (
-        f"{'row':<28}{'msg/s':>9}{'CPU µs/msg':>12}{'store µs/msg':>14}"
-        f"{'× ceiling':>11}{'× anchor':>10}  effects"
+        f"{'row':<28}{'msg/s':>9}{'CPU µs/msg':>12}{'loop':>6}{'listener':>10}"
+        f"{'store µs/msg':>14}{'× ceiling':>11}{'× anchor':>10}  effects"
     )
     print(head)
     for row, got in results.items():
@@ -484,9 +513,12 @@ def _table(results: dict[str, dict[str, Any]], count: int, batch: int) -> None:
         vs_anchor = ""
         if anchor is not None and not row.startswith(ANCHOR):
             vs_anchor = f"{rate / (anchor['count'] / max(anchor['seconds'], 1e-6)):.1f}"
+        threads = got.get("threads") or {}
+        loop = f"{threads['loop'] / n * 1e6:.0f}" if threads else ""
+        listener = f"{threads['listener'] / n * 1e6:.0f}" if threads else ""
         print(
-            f"{row:<28}{rate:>9,.0f}{got['cpu'] / n * 1e6:>12.0f}{store / n * 1e6:>14.0f}"
-            f"{vs_ceiling:>11}{vs_anchor:>10}  {got['effects']}"
+            f"{row:<28}{rate:>9,.0f}{got['cpu'] / n * 1e6:>12.0f}{loop:>6}{listener:>10}"
+            f"{store / n * 1e6:>14.0f}{vs_ceiling:>11}{vs_anchor:>10}  {got['effects']}"
         )
 
 
