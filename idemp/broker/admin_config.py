@@ -70,4 +70,6 @@ def update_config(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingC
                 continue
             log.info("updateBrokerConfig from %s: %s=%s", conn.peer, key, raw)
         server.config_version += 1
+        if server.store is not None:  # a new diskSpaceWarningLevelRatio applies at once
+            server.store.disk.check()
     return cmd.response(ResponseCode.SUCCESS)

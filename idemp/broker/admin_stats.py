@@ -8,15 +8,14 @@ brokerStatus``, ``clusterList``, ``topicStatus``, ``consumerProgress``,
 
 from __future__ import annotations
 
-import os
 import shutil
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from idemp.remoting import RemotingCommand, RequestCode, ResponseCode
 from idemp.remoting.jsonlenient import ObjectKeyMap, dumps, mq
 
 from .brokerstats import GROUP_GET_NUMS
+from .diskguard import disk_used_ratio
 
 if TYPE_CHECKING:
     from .clients import ClientChannel
@@ -55,20 +54,6 @@ def _human_bytes(n: int) -> str:
         value /= 1024
         exp += 1
     return f"{value:.1f} {'KMGTPE'[exp - 1]}iB"
-
-
-def disk_used_ratio(path: Path) -> float:
-    """UtilAll.getDiskPartitionSpaceUsedPercent: used over used + usable (the blocks
-    reserved for root count as neither), rounded up to a hundredth; -1 when unknown."""
-    try:
-        st = os.statvfs(path)
-    except OSError:
-        return -1.0
-    used = (st.f_blocks - st.f_bfree) * st.f_frsize
-    entire = used + st.f_bavail * st.f_frsize
-    if st.f_blocks <= 0 or entire <= 0:
-        return -1.0
-    return -(-used * 100 // entire) / 100.0
 
 
 def runtime_info(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingCommand:

@@ -71,6 +71,10 @@ class BrokerConfig:
     # RocketMQ 5.3's: RecallMessage (a delayed message cancelled before it is due) is
     # refused unless this is true ("recall failed, operation is forbidden")
     recallMessageEnable: bool = False
+    # RocketMQ 5's MessageStoreConfig key (4.9.7: the system property
+    # rocketmq.broker.diskSpaceWarningLevelRatio, as a fraction): over this percentage of
+    # the commit log's disk in use, producers' writes are refused (diskguard.py)
+    diskSpaceWarningLevelRatio: int = 90
 
     @property
     def grpc_port(self) -> int:

@@ -169,11 +169,6 @@ def send_message(server: Broker, conn: Peer, request: RemotingCommand) -> Handle
     cmd, queue_id = accepted
     topic = cmd.ext_fields["topic"]
     props_text = cmd.ext_fields.get("properties", "")
-    if (
-        len(cmd.body) > server.config.maxMessageSize
-        or len(props_text.encode("utf-8")) > MAX_PROPERTIES
-    ):  # the stored text is longer still (CLUSTER added, WAIT dropped)
-        return illegal(server, request)
     properties = decode_properties(props_text)
     properties[Prop.CLUSTER] = server.config.brokerClusterName
     base = MessageExt(
@@ -188,7 +183,7 @@ def send_message(server: Broker, conn: Peer, request: RemotingCommand) -> Handle
     # Java decides on the header's batch field alone (SendMessageProcessor
     # .asyncProcessRequest): even code 320 without batch=true is a single message.
     if _java_bool(cmd.ext_fields.get("batch")):
-        return _send_batch(server, request, base, properties)
+        return _send_batch(server, request, base, properties, props_text)
     base.body = cmd.body
     base.properties = properties
     # --- %RETRY% sends (the Java client's fallback when send-back fails) ---
@@ -223,6 +218,9 @@ def send_message(server: Broker, conn: Peer, request: RemotingCommand) -> Handle
         base.sys_flag &= ~MessageSysFlag.TRANSACTION_MASK
         base.topic, base.queue_id = TRANS_HALF_TOPIC, 0
         keep_wait = True
+    refused = _refused(server, request, props_text)
+    if refused is not None:
+        return refused
     try:
         result = store.put(base, keep_wait=keep_wait)
     except MessageFormatError:
@@ -239,6 +237,23 @@ def send_message(server: Broker, conn: Peer, request: RemotingCommand) -> Handle
         },
     )
     return _after_flush(server, response, result.end)
+
+
+def _refused(server: Broker, request: RemotingCommand, props_text: str) -> RemotingCommand | None:
+    """What the store says before it appends (DefaultMessageStore.checkStoreStatus, then
+    the commit log's size checks): after the processor's own checks, so a full disk is
+    reported before a message that is too large or a batch that does not decode."""
+    store = server.store
+    assert store is not None
+    refusal = store.write_refusal()
+    if refusal is not None:
+        return request.response(ResponseCode.SERVICE_NOT_AVAILABLE, refusal)
+    if (
+        len(request.body) > server.config.maxMessageSize
+        or len(props_text.encode("utf-8")) > MAX_PROPERTIES
+    ):  # the stored text is longer still (CLUSTER added, WAIT dropped)
+        return illegal(server, request)
+    return None
 
 
 def count_put(server: Broker, topic: str, n: int, size: int) -> None:
@@ -265,7 +280,11 @@ def _after_flush(server: Broker, response: RemotingCommand, end: int) -> Handler
 
 
 def _send_batch(
-    server: Broker, request: RemotingCommand, base: MessageExt, outer: dict[str, str]
+    server: Broker,
+    request: RemotingCommand,
+    base: MessageExt,
+    outer: dict[str, str],
+    outer_props_text: str,
 ) -> HandlerResult:
     store = server.store
     assert store is not None
@@ -273,6 +292,9 @@ def _send_batch(
         return request.response(
             ResponseCode.MESSAGE_ILLEGAL, "batch request does not support retry group " + base.topic
         )
+    refused = _refused(server, request, outer_props_text)
+    if refused is not None:
+        return refused
     try:
         entries = list(iter_batch(request.body))
     except MessageFormatError as exc:
@@ -380,6 +402,8 @@ def send_back(server: Broker, conn: Peer, cmd: RemotingCommand) -> HandlerResult
         born_host=msg.born_host,
         reconsume_times=msg.reconsume_times + 1,
     )
+    if store.disk.full:  # the put's status by name (consumerSendMsgBack)
+        return cmd.response(ResponseCode.SYSTEM_ERROR, "SERVICE_NOT_AVAILABLE")
     result = store.put(retry, keep_wait=True)
     store.stats.add(SNDBCK_PUT_NUMS, f"{msg.topic}@{group}", 1)
     return _after_flush(server, cmd.response(ResponseCode.SUCCESS), result.end)

@@ -30,6 +30,7 @@ from .acl import AclDenied, AclFileWatch, PlainAcl, default_acl_path, load_acl
 from .clients import ClientManager
 from .config import BrokerConfig
 from .context import Handler
+from .diskguard import CHECK_INTERVAL_S
 from .kvconfig import NamesrvState
 from .locks import LockManager
 from .longpoll import PullHoldService
@@ -252,6 +253,7 @@ class BrokerServer:
         grpc_port = self.config.grpc_port  # before listenPort is replaced by the bound port
         asked_port = self.config.listenPort  # 0: a free port, and then no VIP channel
         self.store = MessageStore(self.config)
+        self.store.disk.check()  # before anything is accepted (RocketMQ: 1 s after start)
         self.namesrv = NamesrvState(self.store.root / "config" / "kvConfig.json")
         self.store.listeners.append(self.holds.arrived)
         for module in (
@@ -301,6 +303,7 @@ class BrokerServer:
             loop.create_task(self.timer.run()),
             loop.create_task(self.transactions.run()),
             loop.create_task(self._sample_stats()),
+            loop.create_task(self._check_disk()),
         ]
         if not self.config.sync_flush:
             self._tasks.append(loop.create_task(self._async_flush()))
@@ -366,6 +369,12 @@ class BrokerServer:
         if self.store is not None:
             self.scheduler.persist()
             self.store.close()
+
+    async def _check_disk(self) -> None:
+        assert self.store is not None
+        while True:
+            await asyncio.sleep(CHECK_INTERVAL_S)
+            self.store.disk.check()
 
     async def _housekeeping(self) -> None:
         assert self.store is not None

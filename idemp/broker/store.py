@@ -24,6 +24,7 @@ from .brokerstats import BrokerStats
 from .commitlog import CommitLog
 from .config import BrokerConfig
 from .consumequeue import ConsumeQueue
+from .diskguard import DiskGuard
 from .jsonfile import read_json, write_json
 from .metadata import GroupTable, OffsetTable, TopicTable
 
@@ -102,6 +103,7 @@ class MessageStore:
         self.offsets = OffsetTable(cfg_dir / "consumerOffset.json")
         self.delay_levels = config.delay_levels_ms
         self.commitlog = CommitLog(root / "commitlog")
+        self.disk = DiskGuard(root, config)  # checked by the broker, not here
         self.queues: dict[tuple[str, int], ConsumeQueue] = {}
         self.listeners: list[ArrivalListener] = []
         self.store_host = (config.brokerIP1, config.listenPort)
@@ -117,6 +119,12 @@ class MessageStore:
             {str(k): int(v) for k, v in raw.items()} if isinstance(raw, dict) else {}
         )
         self._recover()
+
+    def write_refusal(self) -> str | None:
+        """While the disk is full, the remark RocketMQ refuses a producer's write with."""
+        if not self.disk.full:
+            return None
+        return self.disk.send_refusal(self.commitlog.end > 0)
 
     # --- start-up ------------------------------------------------------------------
     def _recover(self) -> None:

@@ -31,6 +31,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("idemp.broker.transaction")
 REMOVE_TAG = "d"
 STATE_FILE = "transactionCheck.json"
+# EndTransactionProcessor.sendFinalMessage's remark when the store refuses the commit
+STORE_REFUSED = "Service not available now."
 
 COMMIT = MessageSysFlag.TRANSACTION_COMMIT
 ROLLBACK = MessageSysFlag.TRANSACTION_ROLLBACK
@@ -52,6 +54,8 @@ def end_transaction(server: Broker, conn: Peer, cmd: RemotingCommand) -> Remotin
         cmd.field_int("commitLogOffset"),
         commit=kind == COMMIT,
     )
+    if error == STORE_REFUSED:
+        return cmd.response(ResponseCode.SERVICE_NOT_AVAILABLE, error)
     if error:
         return cmd.response(ResponseCode.SYSTEM_ERROR, error)
     return cmd.response(ResponseCode.SUCCESS)
@@ -105,6 +109,8 @@ class TransactionCheckService:
             return "The transaction state table offset wrong"
         if queue_offset not in self.pending:
             return None  # already resolved: never store a committed message twice
+        if commit and store.disk.full:  # the half stays pending: checked back later
+            return STORE_REFUSED
         if commit:
             real = MessageExt(
                 topic=half.properties.get(Prop.REAL_TOPIC, ""),

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from idemp.broker import admin_stats
+from idemp.broker import diskguard
 from idemp.broker.process import BrokerProcess
 from idemp.remoting import RemotingCommand, RequestCode, ResponseCode
 from idemp.remoting.jsonlenient import loads_fastjson
@@ -336,12 +336,12 @@ def test_disk_ratio_counts_used_over_used_and_usable(monkeypatch: pytest.MonkeyP
     4.9.7 reported 0.25 (df's Use%) and idemp 0.70 (blocks reserved for root counted as
     used): used = blocks - free, over used + available, rounded up to a hundredth."""
     fake = os.statvfs_result((4096, 4096, 66053021, 59482343, 20027050, 0, 0, 0, 0, 255))
-    monkeypatch.setattr(admin_stats.os, "statvfs", lambda path: fake)
-    assert admin_stats.disk_used_ratio(Path("/any")) == 0.25
+    monkeypatch.setattr(diskguard.os, "statvfs", lambda path: fake)
+    assert diskguard.disk_used_ratio(Path("/any")) == 0.25
     exact = os.statvfs_result((4096, 4096, 100, 50, 50, 0, 0, 0, 0, 255))
-    monkeypatch.setattr(admin_stats.os, "statvfs", lambda path: exact)
-    assert admin_stats.disk_used_ratio(Path("/any")) == 0.5
-    assert repr(admin_stats.disk_used_ratio(Path("/any"))) == "0.5"  # as Java prints it
+    monkeypatch.setattr(diskguard.os, "statvfs", lambda path: exact)
+    assert diskguard.disk_used_ratio(Path("/any")) == 0.5
+    assert repr(diskguard.disk_used_ratio(Path("/any"))) == "0.5"  # as Java prints it
 
 
 def test_mixed_topics_with_enable_mixed_message_type(

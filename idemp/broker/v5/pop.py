@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from idemp.remoting.codes import Prop
 from idemp.remoting.message import MessageExt, decode_message
 
+from ..diskguard import DiskFull
 from ..metadata import Perm, dlq_topic
 from ..store import MessageStore
 from .deadlines import Deadlines
@@ -535,6 +536,8 @@ class PopService:
         )
         if msg is None:
             raise HandleError("receipt handle is invalid")
+        if self.store.disk.full:  # the message stays in flight and comes back
+            raise DiskFull()
         self._to_dlq(group, topic, msg)
         if found is not None:
             self.ack(group, topic, handle)

@@ -25,9 +25,11 @@ from idemp.remoting.message import MessageExt, MessageFormatError
 from idemp.remoting.msgid import offset_msg_id
 from idemp.remoting.sql92 import SelectorError, compile_selector
 
+from ..diskguard import DiskFull
 from ..metadata import Perm, grpc_group_error, grpc_topic_error
 from ..store import TIMER_DELIVER_MS, TIMER_TOPIC
 from ..timer import delete_key
+from ..transaction import STORE_REFUSED
 from .convert import SYSTEM_KEYS, message_type_of, timestamp, to_proto, to_stored
 from .pop import HandleError, MalformedHandle, PopService, Receipt
 from .recall import RECALL_TAG, build_handle, parse_handle, refusal
@@ -431,8 +433,11 @@ class MessagingService:
             queue_id = self._select_queue(cfg, request)
             peer = _peer(context)
             ends = []
-            for message in request.messages:
-                stored = self._validated(message, cfg, queue_id, peer)
+            validated = [self._validated(m, cfg, queue_id, peer) for m in request.messages]
+            refusal = self.store.write_refusal()
+            if refusal is not None:  # the broker's remark, wrapped by the proxy
+                raise RequestError(Code.INTERNAL_SERVER_ERROR, _PROXY + refusal)
+            for message, stored in zip(request.messages, validated):
                 entry, end = self._put(stored, message)
                 entries.append(entry)
                 ends.append(end)
@@ -654,7 +659,7 @@ class MessagingService:
             error = self.broker.transactions.end(
                 cfg.topicName, half.queue_offset, phy, commit=resolution == pb.COMMIT
             )
-            if error:
+            if error and error != STORE_REFUSED:  # the proxy sends a commit one way
                 raise RequestError(Code.INTERNAL_SERVER_ERROR, error)
         except RequestError as exc:
             return pb.EndTransactionResponse(status=status(exc.code, exc.message))
@@ -828,6 +833,8 @@ class MessagingService:
                 self.pop.forward_to_dlq(gcfg.groupName, cfg.topicName, request.receipt_handle)
             except HandleError as exc:
                 raise RequestError(_handle_code(exc), str(exc)) from None
+            except DiskFull:  # the broker's send-back answer: the put's status by name
+                raise RequestError(Code.INTERNAL_SERVER_ERROR, "SERVICE_NOT_AVAILABLE") from None
         except RequestError as exc:
             return pb.ForwardMessageToDeadLetterQueueResponse(status=status(exc.code, exc.message))
         return pb.ForwardMessageToDeadLetterQueueResponse(status=status(Code.OK))
