@@ -50,7 +50,6 @@ class DiskGuard:
         self.root = root
         self.config = config
         self.full = False
-        self.ratio = -1.0
 
     @property
     def threshold(self) -> float:
@@ -61,17 +60,17 @@ class DiskGuard:
 
     def check(self) -> bool:
         """Measure the commit log's partition and set the flag; True when full."""
-        self.ratio = disk_used_ratio(self.root / "commitlog")
-        full = self.ratio > self.threshold
+        ratio = disk_used_ratio(self.root / "commitlog")
+        full = ratio > self.threshold
         if full and not self.full:
             log.error(
                 "the disk of the commit log is %.2f used, over diskSpaceWarningLevelRatio "
                 "%.2f: refusing writes until it is not",
-                self.ratio,
+                ratio,
                 self.threshold,
             )
         elif self.full and not full:
-            log.info("the disk of the commit log is %.2f used: writes accepted again", self.ratio)
+            log.info("the disk of the commit log is %.2f used: writes accepted again", ratio)
         self.full = full
         return full
 
