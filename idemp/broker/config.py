@@ -64,6 +64,9 @@ class BrokerConfig:
     grpcServerPort: int = DEFAULT_GRPC_PORT
     # the proxy's minInvisibleTimeMillsForRecv: a receive asking less is refused (40011)
     minInvisibleTimeMillsForRecv: int = 10_000
+    # the proxy's: how long a 5.x half message's transaction data is kept for its
+    # EndTransaction ("cannot found transaction data" after; the check-back resolves it)
+    transactionDataExpireMillis: int = 30_000
     # SQL92 subscriptions (MessageSelector.bySql) are served only when true, as RocketMQ
     enablePropertyFilter: bool = False
     # RocketMQ 5's: topics of message.type MIXED are refused unless this is true

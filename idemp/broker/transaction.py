@@ -228,10 +228,9 @@ class TransactionCheckService:
             reconsume_times=half.reconsume_times,
         )
         uniq = half.uniq_key or ""
-        transaction_id = offset_msg_id(store.store_host, half.commit_log_offset)
         channel = self.server.clients.producer_channel(group)
-        if channel is None:
-            if not any(check(view, transaction_id) for check in self.checkers):
+        if channel is None:  # the transaction id is the message's, as the broker's check sets it
+            if not any(check(view, uniq) for check in self.checkers):
                 log.info("transaction: no live producer of group %r to check %s", group, uniq)
             return
         channel.channel.send_request_oneway(

@@ -7,11 +7,13 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from contextlib import closing
+from typing import Any
 
 import grpc
 import pytest
 from google.protobuf.timestamp_pb2 import Timestamp
 
+from idemp.broker.process import BrokerProcess
 from idemp.broker.v5.schema import pb
 from tests.broker.rawclient import RawClient
 
@@ -434,3 +436,55 @@ def test_malformed_protobuf_and_unimplemented_rpcs(raw: Raw, broker5: Endpoint5)
         "QueryRoute", pb.QueryRouteRequest(topic=resource("NoSuchTopic_v5")), pb.QueryRouteResponse
     )
     assert answer.status.code == pb.TOPIC_NOT_FOUND
+
+
+def test_transaction_data_is_the_message_id_taken_once_and_kept_for_a_while(
+    make_broker: Callable[..., BrokerProcess],
+) -> None:
+    """The proxy's TransactionDataManager: every send answers the message's id as its
+    transaction id; an EndTransaction takes the half's data, so a second finds none, and
+    after ``transactionDataExpireMillis`` (30 s; 1 s here) it is gone (the check-back then
+    resolves the half)."""
+    broker = make_broker(transactionDataExpireMillis=1000)
+    with RawClient(broker.broker_addr) as admin:
+        assert admin.create_topic("TxN", 1, attributes="+message.type=NORMAL").code == 0
+        assert admin.create_topic("TxT", 1, attributes="+message.type=TRANSACTION").code == 0
+        raw = Raw(broker.grpc_addr)
+        try:
+
+            def send(topic: str, message_id: str, kind: int) -> Any:
+                message = _message(topic)
+                message.system_properties.message_id = message_id
+                message.system_properties.message_type = kind
+                request = pb.SendMessageRequest(messages=[message])
+                answer = raw.unary("SendMessage", request, pb.SendMessageResponse)
+                assert answer.status.code == pb.OK, answer.status
+                return answer.entries[0]
+
+            def end(message_id: str) -> tuple[int, str]:
+                request = pb.EndTransactionRequest(
+                    topic=resource("TxT"),
+                    message_id=message_id,
+                    transaction_id=message_id,
+                    resolution=pb.COMMIT,
+                    source=pb.SOURCE_CLIENT,
+                )
+                status = raw.unary("EndTransaction", request, pb.EndTransactionResponse).status
+                return status.code, status.message
+
+            normal = send("TxN", "0102FC00000001000000000000000000B1", pb.NORMAL)
+            assert normal.transaction_id == "0102FC00000001000000000000000000B1"
+            half = send("TxT", "0102FC00000001000000000000000000B2", pb.TRANSACTION)
+            assert half.transaction_id == "0102FC00000001000000000000000000B2"
+            assert end(half.transaction_id) == (pb.OK, "OK")
+            none = (
+                pb.INTERNAL_SERVER_ERROR,
+                "org.apache.rocketmq.proxy.common.ProxyException: cannot found transaction data",
+            )
+            assert end(half.transaction_id) == none
+            late = send("TxT", "0102FC00000001000000000000000000B3", pb.TRANSACTION)
+            time.sleep(1.2)  # past the 1 s the data is kept
+            assert end(late.transaction_id) == none
+            assert [m.body for m in admin.pull_messages("TxT")] == [b"x"]  # B2 only
+        finally:
+            raw.close()

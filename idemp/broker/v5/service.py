@@ -22,7 +22,6 @@ from google.protobuf.duration_pb2 import Duration
 
 from idemp.remoting.codes import TRANS_HALF_TOPIC, MessageSysFlag, Prop
 from idemp.remoting.message import MessageExt, MessageFormatError
-from idemp.remoting.msgid import offset_msg_id
 from idemp.remoting.sql92 import SelectorError, compile_selector
 
 from ..diskguard import DiskFull
@@ -121,13 +120,31 @@ class MessagingService:
         self.clients: dict[str, ClientState] = {}
         self.endpoint: tuple[str, int] = (broker.config.brokerIP1, 0)
         self._rr = random.randrange(1 << 16)
+        # the proxy's TransactionDataManager: (topic, transaction id) -> the half's commit
+        # log offset and when the entry expires; EndTransaction takes its entry
+        self._tx_data: dict[tuple[str, str], tuple[int, float]] = {}
         broker.transactions.checkers.append(self.check_transaction)
+
+    def _remember_tx(self, topic: str, transaction_id: str, phy: int) -> None:
+        now = time.monotonic()
+        for key, (_, expires) in list(self._tx_data.items()):  # oldest first: all live after
+            if expires >= now:
+                break
+            del self._tx_data[key]
+        self._tx_data.pop((topic, transaction_id), None)  # to the end, with its new expiry
+        keep_s = self.broker.config.transactionDataExpireMillis / 1000
+        self._tx_data[(topic, transaction_id)] = (phy, now + keep_s)
+
+    def _take_tx(self, topic: str, transaction_id: str) -> int | None:
+        phy, expires = self._tx_data.pop((topic, transaction_id), (-1, 0.0))
+        return phy if expires >= time.monotonic() else None
 
     def check_transaction(self, half: Any, transaction_id: str) -> bool:
         """Ask a 5.x producer of the half's topic (the proxy uses the topic as producer
         group) over its Telemetry stream; False when none is connected."""
         for client in self.clients.values():
             if client.telemetry is not None and half.topic in client.topics:
+                self._remember_tx(half.topic, transaction_id, half.commit_log_offset)
                 command = pb.RecoverOrphanedTransactionCommand(
                     message=to_proto(half, "", None, half.reconsume_times + 1),
                     transaction_id=transaction_id,
@@ -558,7 +575,6 @@ class MessagingService:
 
     def _put(self, stored: Any, message: Any) -> tuple[Any, int]:
         msg_id = message.system_properties.message_id
-        transaction_id = ""
         stored.properties[Prop.CLUSTER] = self.broker.config.brokerClusterName
         keep_wait = False
         if stored.properties.get(Prop.TRAN_MSG) == "true":
@@ -573,7 +589,7 @@ class MessagingService:
         except MessageFormatError as exc:
             raise RequestError(Code.MESSAGE_CORRUPTED, str(exc)) from None
         if keep_wait:
-            transaction_id = offset_msg_id(self.store.store_host, result.commit_log_offset)
+            self._remember_tx(stored.properties[Prop.REAL_TOPIC], msg_id, result.commit_log_offset)
         recall_handle = ""
         if stored.topic == TIMER_TOPIC:  # parked until its delivery time: recallable
             recall_handle = build_handle(
@@ -585,7 +601,7 @@ class MessagingService:
         entry = pb.SendResultEntry(
             status=status(Code.OK),
             message_id=msg_id,
-            transaction_id=transaction_id,
+            transaction_id=msg_id,  # the broker's answer to every send: the message's id
             offset=result.queue_offset,
             recall_handle=recall_handle,
         )
@@ -645,13 +661,11 @@ class MessagingService:
             cfg = self._topic(request.topic)
             if not request.transaction_id:
                 raise RequestError(Code.INVALID_TRANSACTION_ID, "transaction id cannot be empty")
-            try:
-                phy = int(request.transaction_id[-16:], 16)
-            except ValueError:
-                phy = -1
-            half = self.store.lookup(phy) if phy >= 0 else None
-            if half is None or half.properties.get(Prop.UNIQ_KEY) != request.message_id:
-                # the proxy keeps what it sent as half messages; anything else is unknown
+            # the proxy keeps what it sent as half messages (and asked to check) for 30 s,
+            # and an EndTransaction takes it: a second one finds nothing
+            phy = self._take_tx(cfg.topicName, request.transaction_id)
+            half = self.store.lookup(phy) if phy is not None else None
+            if half is None:
                 raise RequestError(Code.INTERNAL_SERVER_ERROR, NO_TRANSACTION_DATA)
             resolution = request.resolution
             if resolution not in (pb.COMMIT, pb.ROLLBACK):
