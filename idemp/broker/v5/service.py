@@ -127,13 +127,15 @@ class MessagingService:
 
     def _remember_tx(self, topic: str, transaction_id: str, phy: int) -> None:
         now = time.monotonic()
-        for key, (_, expires) in list(self._tx_data.items()):  # oldest first: all live after
-            if expires >= now:
+        data = self._tx_data
+        while data:  # in expiry order (one keep time for all): the first live one ends it
+            oldest = next(iter(data))
+            if data[oldest][1] >= now:
                 break
-            del self._tx_data[key]
-        self._tx_data.pop((topic, transaction_id), None)  # to the end, with its new expiry
+            del data[oldest]
+        data.pop((topic, transaction_id), None)  # to the end, with its new expiry
         keep_s = self.broker.config.transactionDataExpireMillis / 1000
-        self._tx_data[(topic, transaction_id)] = (phy, now + keep_s)
+        data[(topic, transaction_id)] = (phy, now + keep_s)
 
     def _take_tx(self, topic: str, transaction_id: str) -> int | None:
         phy, expires = self._tx_data.pop((topic, transaction_id), (-1, 0.0))
