@@ -257,6 +257,11 @@ class RawClient:
         body = json.dumps({"groupName": group, **fields}).encode()
         return self.request(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, {}, body)
 
+    def update_broker_config(self, **values: object) -> RemotingCommand:
+        """UPDATE_BROKER_CONFIG, as ``mqadmin updateBrokerConfig -k KEY -v VALUE`` sends it."""
+        body = "".join(f"{k}={v}\n" for k, v in values.items()).encode()
+        return self.request(RequestCode.UPDATE_BROKER_CONFIG, {}, body)
+
     def max_offset(self, topic: str, queue_id: int = 0) -> int:
         resp = self.request(RequestCode.GET_MAX_OFFSET, {"topic": topic, "queueId": queue_id})
         assert resp.code == 0, resp

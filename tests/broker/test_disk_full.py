@@ -30,6 +30,7 @@ from idemp.remoting import MessageExt, RequestCode, ResponseCode, parse_offset_m
 
 from .official_scripts import ClientError, Clients, clients_fixture
 from .rawclient import RawClient, batch_body
+from .test_protocol import _v2_ext
 
 REFUSAL = re.compile(
     r"service not available now\. It may be caused by one of the following reasons: "
@@ -45,8 +46,7 @@ def clients(tmp_path: Path) -> Iterator[Clients]:
 
 
 def _set_ratio(c: RawClient, percent: int) -> None:
-    body = f"diskSpaceWarningLevelRatio={percent}\n".encode()
-    assert c.request(RequestCode.UPDATE_BROKER_CONFIG, body=body).code == ResponseCode.SUCCESS
+    assert c.update_broker_config(diskSpaceWarningLevelRatio=percent).code == ResponseCode.SUCCESS
 
 
 def _usage(remark: str | None) -> tuple[float, float, float]:
@@ -54,13 +54,6 @@ def _usage(remark: str | None) -> tuple[float, float, float]:
     assert m, remark
     cl, cq, index = (float(x) for x in m.groups())
     return cl, cq, index
-
-
-def _batch_ext(topic: str, body_props: str = "") -> dict[str, object]:
-    return {
-        "a": "PG_DF", "b": topic, "c": "TBW102", "d": 4, "e": 0, "f": 0,
-        "g": 1_700_000_000_123, "h": 0, "i": body_props, "j": 0, "k": "false", "m": "true",
-    }  # fmt: skip
 
 
 def _end(c: RawClient, half: dict[str, str], commit: bool) -> tuple[int, str | None]:
@@ -96,9 +89,13 @@ def test_a_full_disk_refuses_writes_keeps_reads_and_recovers(broker: BrokerProce
         assert abs(cl - diskguard.disk_used_ratio(broker.store / "commitlog")) <= 0.01
         # the store's status comes before its size checks and a batch's decoding
         too_big = c.send_message("DF", b"x" * (MAX_BODY + 1))
-        bad_batch = c.request(RequestCode.SEND_BATCH_MESSAGE, _batch_ext("DF"), b"garbage")
+        bad_batch = c.request(
+            RequestCode.SEND_BATCH_MESSAGE, _v2_ext("DF", 0, {}, m="true"), b"garbage"
+        )
         batch = c.request(
-            RequestCode.SEND_BATCH_MESSAGE, _batch_ext("DF"), batch_body([(b"b1", {})])
+            RequestCode.SEND_BATCH_MESSAGE,
+            _v2_ext("DF", 0, {}, m="true"),
+            batch_body([(b"b1", {})]),
         )
         to_retry = c.send_message("%RETRY%DFG", b"retry")
         for r in (too_big, bad_batch, batch, to_retry):

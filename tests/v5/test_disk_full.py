@@ -9,18 +9,12 @@ from collections.abc import Callable
 
 import pytest
 
-from idemp.remoting import RequestCode, ResponseCode
 from tests.broker.rawclient import RawClient
-from tests.broker.test_disk_full import REFUSAL
+from tests.broker.test_disk_full import REFUSAL, _set_ratio
 
 from .conftest import Client5, Endpoint5
 
 PROXY = "org.apache.rocketmq.proxy.common.ProxyException: "
-
-
-def _set_ratio(admin: RawClient, percent: int) -> None:
-    body = f"diskSpaceWarningLevelRatio={percent}\n".encode()
-    assert admin.request(RequestCode.UPDATE_BROKER_CONFIG, body=body).code == ResponseCode.SUCCESS
 
 
 def test_a_full_disk_refuses_a_5x_send_and_recovers(
