@@ -99,6 +99,13 @@ CASES: list[Case] = [
     _c("statsAll -n {ns}", T, G),
     _c("topicList -n {ns} -c", T, G),
     _c("getBrokerConfig -n {ns} -b {broker}", "brokerName", "broker-a"),
+    # one of the groups RocketMQ creates at start (mqadmin's own pulls use it)
+    _c(
+        "getConsumerConfig -n {ns} -g TOOLS_CONSUMER",
+        "=============================DefaultCluster:broker-a=============================",
+        "groupName                               =  TOOLS_CONSUMER",
+        "retryMaxTimes                           =  16",
+    ),
     _c(
         "updateBrokerConfig -n {ns} -b {broker} -k maxMessageSize -v 4194304",
         "update broker config success",

@@ -12,7 +12,6 @@ from .metadata import (
     MESSAGE_TYPE_ATTRIBUTE,
     TopicConfig,
     group_from_json,
-    group_json,
     parse_attributes,
     topic_error,
     topic_json,
@@ -159,11 +158,7 @@ def create_topic(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingCo
 
 def all_topics(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingCommand:
     assert server.store is not None
-    topics = server.store.topics
-    body = {
-        "dataVersion": {"counter": topics.version},
-        "topicConfigTable": {k: topic_json(v) for k, v in topics.topics.items()},
-    }
+    body = server.store.topics.to_json()
     return cmd.response(ResponseCode.SUCCESS, body=json.dumps(body).encode())
 
 
@@ -195,6 +190,5 @@ def create_group(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingCo
 
 def all_groups(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingCommand:
     assert server.store is not None
-    groups = server.store.groups.groups
-    body = {"subscriptionGroupTable": {k: group_json(v) for k, v in groups.items()}}
+    body = server.store.groups.to_json()
     return cmd.response(ResponseCode.SUCCESS, body=json.dumps(body).encode())

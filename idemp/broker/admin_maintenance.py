@@ -74,8 +74,7 @@ def delete_group(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingCo
     cmd.require("groupName")
     group = cmd.ext_fields["groupName"]
     log.info("deleteSubscriptionGroup %s called by %s", group, conn.peer)
-    if store.groups.groups.pop(group, None) is not None:
-        store.groups.persist()
+    store.groups.remove(group)
     if (cmd.ext_fields.get("removeOffset") or "false").lower() == "true":
         store.offsets.remove_group(group)
     return cmd.response(ResponseCode.SUCCESS)

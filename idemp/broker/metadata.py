@@ -8,6 +8,7 @@ can read or seed them the same way.
 from __future__ import annotations
 
 import re
+import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,21 @@ from idemp.remoting.codes import (
 from .jsonfile import read_json, write_json
 
 BENCHMARK_TOPIC = "BenchmarkTest"
+# The groups RocketMQ 4.9.7's SubscriptionGroupManager creates at start: mqadmin's own
+# pulls (printMsg, consumeMessage, ...) use TOOLS_CONSUMER, so they work on a broker that
+# does not auto-create groups.
+SYSTEM_GROUPS = (
+    "TOOLS_CONSUMER",
+    "FILTERSRV_CONSUMER",
+    "SELF_TEST_C_GROUP",
+    "CID_ONS-HTTP-PROXY",
+    "CID_ONSAPI_PULL",
+    "CID_ONSAPI_PERMISSION",
+    "CID_ONSAPI_OWNER",
+)
+# MixAll.isSysConsumerGroup: such a group is created on first use even when
+# autoCreateSubscriptionGroup is off
+SYSTEM_GROUP_PREFIX = "CID_RMQ_SYS_"
 TOPIC_PATTERN = re.compile(r"^[%|a-zA-Z0-9_-]+$")
 TOPIC_MAX_LENGTH = 127
 
@@ -143,6 +159,31 @@ def parse_attributes(text: str) -> dict[str, str]:
     return out
 
 
+@dataclass
+class DataVersion:
+    """RocketMQ's DataVersion of a table: a change counter and the time of the last change
+    (ms); admin tools and the nameserver read both."""
+
+    counter: int = 0
+    timestamp: int = field(default_factory=lambda: int(time.time() * 1000))
+
+    def next(self) -> None:
+        self.counter += 1
+        self.timestamp = int(time.time() * 1000)
+
+    def to_json(self) -> dict[str, int]:
+        return {"counter": self.counter, "timestamp": self.timestamp}
+
+    @classmethod
+    def from_json(cls, raw: object) -> DataVersion:
+        if not isinstance(raw, dict):
+            return cls()
+        out = cls(counter=int(raw.get("counter", 0)))
+        if "timestamp" in raw:
+            out.timestamp = int(raw["timestamp"])
+        return out
+
+
 class TopicTable:
     def __init__(
         self,
@@ -156,14 +197,14 @@ class TopicTable:
     ) -> None:
         self.path = path
         self.topics: dict[str, TopicConfig] = {}
-        self.version = 0
+        self.version = DataVersion()
         data = read_json(path)
         if data:
             for name, raw in (data.get("topicConfigTable") or {}).items():
                 fields = {k: raw[k] for k in TopicConfig.__dataclass_fields__ if k in raw}
                 fields["topicName"] = name
                 self.topics[name] = TopicConfig(**fields)
-            self.version = int((data.get("dataVersion") or {}).get("counter", 0))
+            self.version = DataVersion.from_json(data.get("dataVersion"))
         # What RocketMQ 4.9.7's TopicConfigManager creates at start (a TopicConfig's
         # default is 16 queues, perm RW); the transaction op and check-max topics are
         # created when first written, as RocketMQ does.
@@ -191,7 +232,7 @@ class TopicTable:
 
     def put(self, cfg: TopicConfig) -> TopicConfig:
         self.topics[cfg.topicName] = cfg
-        self.version += 1
+        self.version.next()
         self.persist()
         return cfg
 
@@ -212,14 +253,19 @@ class TopicTable:
             return existing
         return self.put(TopicConfig(topic, queue_nums, queue_nums, perm))
 
+    def changed(self) -> None:
+        """Count a change made in place (a deleted topic, an order flag) and save it."""
+        self.version.next()
+        self.persist()
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "dataVersion": self.version.to_json(),
+            "topicConfigTable": {k: topic_json(v) for k, v in self.topics.items()},
+        }
+
     def persist(self) -> None:
-        write_json(
-            self.path,
-            {
-                "dataVersion": {"counter": self.version},
-                "topicConfigTable": {k: topic_json(v) for k, v in self.topics.items()},
-            },
-        )
+        write_json(self.path, self.to_json())
 
 
 @dataclass
@@ -250,27 +296,42 @@ class GroupTable:
         self.path = path
         self.auto_create = auto_create
         self.groups: dict[str, SubscriptionGroupConfig] = {}
+        self.version = DataVersion()
         data = read_json(path)
         if data:
             for name, raw in (data.get("subscriptionGroupTable") or {}).items():
                 self.groups[name] = _group_from_json(name, raw)
+            self.version = DataVersion.from_json(data.get("dataVersion"))
+        for name in SYSTEM_GROUPS:
+            self.groups.setdefault(name, SubscriptionGroupConfig(name))
 
     def find_or_create(self, group: str) -> SubscriptionGroupConfig | None:
         cfg = self.groups.get(group)
-        if cfg is None and self.auto_create:
+        if cfg is None and (self.auto_create or group.startswith(SYSTEM_GROUP_PREFIX)):
             cfg = self.put(SubscriptionGroupConfig(group))
         return cfg
 
     def put(self, cfg: SubscriptionGroupConfig) -> SubscriptionGroupConfig:
         self.groups[cfg.groupName] = cfg
+        self.version.next()
         self.persist()
         return cfg
 
+    def remove(self, group: str) -> bool:
+        if self.groups.pop(group, None) is None:
+            return False
+        self.version.next()
+        self.persist()
+        return True
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "dataVersion": self.version.to_json(),
+            "subscriptionGroupTable": {k: group_json(v) for k, v in self.groups.items()},
+        }
+
     def persist(self) -> None:
-        write_json(
-            self.path,
-            {"subscriptionGroupTable": {k: group_json(v) for k, v in self.groups.items()}},
-        )
+        write_json(self.path, self.to_json())
 
 
 def _group_from_json(name: str, raw: dict[str, Any]) -> SubscriptionGroupConfig:

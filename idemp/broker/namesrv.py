@@ -109,7 +109,7 @@ def _routed(server: Broker, topic: str) -> bool:
     (the broker registers its topics again when its topic table changes)."""
     assert server.store is not None
     deleted_at = server.namesrv.deleted_routes.get(topic)
-    return deleted_at is None or server.store.topics.version > deleted_at
+    return deleted_at is None or server.store.topics.version.counter > deleted_at
 
 
 def cluster_info(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingCommand:
@@ -151,8 +151,7 @@ def sync_order_topics(server: Broker) -> None:
             cfg.order = want
             changed = True
     if changed:
-        server.store.topics.version += 1
-        server.store.topics.persist()
+        server.store.topics.changed()
 
 
 def get_kv(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingCommand:
@@ -208,7 +207,7 @@ def add_write_perm(server: Broker, conn: Peer, cmd: RemotingCommand) -> Remoting
 def delete_topic_route(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingCommand:
     assert server.store is not None
     cmd.require("topic")
-    server.namesrv.deleted_routes[cmd.ext_fields["topic"]] = server.store.topics.version
+    server.namesrv.deleted_routes[cmd.ext_fields["topic"]] = server.store.topics.version.counter
     return cmd.response(ResponseCode.SUCCESS)
 
 

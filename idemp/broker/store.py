@@ -421,8 +421,7 @@ class MessageStore:
         """DELETE_TOPIC_IN_BROKER: the config and the consume queues go; the records stay
         in the commit log, unreachable (RocketMQ deletes the consume queue files)."""
         if self.topics.topics.pop(topic, None) is not None:
-            self.topics.version += 1
-            self.topics.persist()
+            self.topics.changed()
         for queue_key in [k for k in self.queues if k[0] == topic]:
             del self.queues[queue_key]
         self.deleted[topic] = self.commitlog.end

@@ -219,6 +219,68 @@ def test_delete_topic_and_group(tmp_path: Path) -> None:
         assert [m.body for m in c.pull_messages("Doomed")] == [b"new"]
 
 
+def test_system_groups_exist_when_groups_are_not_auto_created(tmp_path: Path) -> None:
+    """RocketMQ 4.9.7 starts with seven groups (mqadmin's pulls use TOOLS_CONSUMER) and
+    creates CID_RMQ_SYS_ groups on use even with autoCreateSubscriptionGroup=false; each
+    change of the table counts in its dataVersion (measured side by side, 2026-11-27)."""
+    store = tmp_path / "store"
+    props = {"autoCreateSubscriptionGroup": "false", "autoCreateTopicEnable": "true"}
+    with BrokerProcess(store, properties=props) as b, RawClient(b.broker_addr) as c:
+        assert c.send_message("SysGroups", b"x").code == 0
+        before = _body(c.request(RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG))
+        pulls = {
+            g: c.pull("SysGroups", 0, 0, group=g)
+            for g in ("TOOLS_CONSUMER", "NoSuchGroup", "CID_RMQ_SYS_Z1")
+        }
+        after = _body(c.request(RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG))
+        assert (
+            c.request(RequestCode.DELETE_SUBSCRIPTIONGROUP, {"groupName": "CID_RMQ_SYS_Z1"}).code
+            == 0
+        )
+        assert (
+            c.request(RequestCode.DELETE_SUBSCRIPTIONGROUP, {"groupName": "NoSuchGroup"}).code == 0
+        )
+        deleted = _body(c.request(RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG))
+    system = {
+        "CID_ONS-HTTP-PROXY",
+        "CID_ONSAPI_OWNER",
+        "CID_ONSAPI_PERMISSION",
+        "CID_ONSAPI_PULL",
+        "FILTERSRV_CONSUMER",
+        "SELF_TEST_C_GROUP",
+        "TOOLS_CONSUMER",
+    }
+    assert set(before["subscriptionGroupTable"]) == system
+    assert before["subscriptionGroupTable"]["TOOLS_CONSUMER"] == {
+        "groupName": "TOOLS_CONSUMER",
+        "consumeEnable": True,
+        "consumeFromMinEnable": True,
+        "consumeBroadcastEnable": True,
+        "retryQueueNums": 1,
+        "retryMaxTimes": 16,
+        "brokerId": 0,
+        "whichBrokerWhenConsumeSlowly": 1,
+        "notifyConsumerIdsChangedEnable": True,
+    }
+    assert [(g, r.code) for g, r in pulls.items()] == [
+        ("TOOLS_CONSUMER", ResponseCode.SUCCESS),
+        ("NoSuchGroup", ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST),
+        ("CID_RMQ_SYS_Z1", ResponseCode.SUCCESS),
+    ]
+    assert pulls["NoSuchGroup"].remark == (
+        "subscription group [NoSuchGroup] does not exist, \n"
+        "See http://rocketmq.apache.org/docs/faq/ for further details."
+    )
+    assert set(after["subscriptionGroupTable"]) == system | {"CID_RMQ_SYS_Z1"}
+    versions = [t["dataVersion"] for t in (before, after, deleted)]
+    assert [v["counter"] - versions[0]["counter"] for v in versions] == [0, 1, 2]
+    assert versions[0]["timestamp"] <= versions[1]["timestamp"] <= versions[2]["timestamp"]
+    with BrokerProcess(store, properties=props) as b, RawClient(b.broker_addr) as c:
+        again = _body(c.request(RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG))
+    assert again["dataVersion"] == versions[2]  # kept in subscriptionGroup.json
+    assert set(again["subscriptionGroupTable"]) == system
+
+
 def test_clone_offsets_and_query_consume_queue(broker: BrokerProcess) -> None:
     with RawClient(broker.broker_addr) as c:
         clone = c.request(
