@@ -23,7 +23,7 @@ from idemp.remoting.codes import (
     Perm,
     Prop,
 )
-from idemp.remoting.msgid import offset_msg_id
+from idemp.remoting.msgid import offset_msg_id, parse_offset_msg_id
 
 if TYPE_CHECKING:
     from .context import Broker, Handler, Peer
@@ -33,6 +33,9 @@ REMOVE_TAG = "d"
 STATE_FILE = "transactionCheck.json"
 # EndTransactionProcessor.sendFinalMessage's remark when the store refuses the commit
 STORE_REFUSED = "Service not available now."
+# AdminBrokerProcessor.resumeCheckHalfMessage's remarks
+RESUME_FAILED = "Exception was thrown when putting message back to RMQ_SYS_TRANS_HALF_TOPIC."
+RESUME_REFUSED = "Put message back to RMQ_SYS_TRANS_HALF_TOPIC failed."
 
 COMMIT = MessageSysFlag.TRANSACTION_COMMIT
 ROLLBACK = MessageSysFlag.TRANSACTION_ROLLBACK
@@ -40,6 +43,7 @@ ROLLBACK = MessageSysFlag.TRANSACTION_ROLLBACK
 
 def register(handlers: dict[int, Handler]) -> None:
     handlers[RequestCode.END_TRANSACTION] = end_transaction
+    handlers[RequestCode.RESUME_CHECK_HALF_MESSAGE] = resume_check_half_message
 
 
 def end_transaction(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingCommand | None:
@@ -58,6 +62,53 @@ def end_transaction(server: Broker, conn: Peer, cmd: RemotingCommand) -> Remotin
         return cmd.response(ResponseCode.SERVICE_NOT_AVAILABLE, error)
     if error:
         return cmd.response(ResponseCode.SYSTEM_ERROR, error)
+    return cmd.response(ResponseCode.SUCCESS)
+
+
+def resume_check_half_message(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingCommand:
+    """RESUME_CHECK_HALF_MESSAGE (323, DefaultMQAdminExt.resumeCheckHalfMessage): a half
+    given up after transactionCheckMax checks (in TRANS_CHECK_MAX_TIME_TOPIC) is put back
+    as a new half with its check count at 0, so its producer is asked again."""
+    store = server.store
+    assert store is not None
+    cmd.require("msgId")
+    try:
+        _, phy = parse_offset_msg_id(cmd.ext_fields["msgId"])
+    except ValueError:
+        return cmd.response(ResponseCode.SYSTEM_ERROR, RESUME_FAILED)
+    msg = store.lookup(phy)
+    if msg is None:
+        return cmd.response(ResponseCode.SYSTEM_ERROR, RESUME_FAILED)
+    if Prop.REAL_TOPIC not in msg.properties:
+        # RocketMQ copies whatever record the id points at, a plain message too, into
+        # the half topic; a record that never was a half has no topic to commit it to
+        return cmd.response(
+            ResponseCode.SYSTEM_ERROR,
+            f"message {cmd.ext_fields['msgId']} is not a transaction half message "
+            "(it has no REAL_TOPIC); nothing was put back",
+        )
+    if store.disk.full:
+        return cmd.response(ResponseCode.SYSTEM_ERROR, RESUME_REFUSED)
+    store.put(
+        MessageExt(
+            topic=TRANS_HALF_TOPIC,
+            queue_id=0,
+            body=msg.body,
+            flag=msg.flag,
+            properties={**msg.properties, Prop.TRANSACTION_CHECK_TIMES: "0"},
+            sys_flag=msg.sys_flag,
+            born_timestamp=msg.born_timestamp,
+            born_host=msg.born_host,
+            reconsume_times=msg.reconsume_times,
+        ),
+        keep_wait=True,
+    )
+    log.info(
+        "transaction: half message %s put back to %s (real topic %s)",
+        msg.uniq_key,
+        TRANS_HALF_TOPIC,
+        msg.properties[Prop.REAL_TOPIC],
+    )
     return cmd.response(ResponseCode.SUCCESS)
 
 
@@ -172,7 +223,7 @@ class TransactionCheckService:
                 continue
             times = self.check_times.get(qoff, 0)
             if times >= cfg.transactionCheckMax:
-                self._discard(half)
+                self._discard(half, times)
                 changed = True
                 continue
             self.check_times[qoff] = times + 1
@@ -183,7 +234,7 @@ class TransactionCheckService:
             self._save()
         return sent
 
-    def _discard(self, half: MessageExt) -> None:
+    def _discard(self, half: MessageExt, times: int) -> None:
         store = self.server.store
         assert store is not None
         log.warning(
@@ -199,7 +250,8 @@ class TransactionCheckService:
                 queue_id=0,
                 body=half.body,
                 flag=half.flag,
-                properties=dict(half.properties),
+                # RocketMQ's half carries its check count, put back with each check
+                properties={**half.properties, Prop.TRANSACTION_CHECK_TIMES: str(times)},
                 sys_flag=half.sys_flag,
                 born_timestamp=half.born_timestamp,
                 born_host=half.born_host,

@@ -26,7 +26,8 @@ from typing import Any
 import pytest
 
 from idemp.broker.process import BrokerProcess
-from idemp.remoting import decode_messages
+from idemp.remoting import RequestCode, ResponseCode, decode_messages
+from idemp.remoting.msgid import offset_msg_id
 
 from .rawclient import RawClient
 
@@ -438,9 +439,78 @@ def test_transactions_commit_rollback_and_check_back(
         ]
         (given_up,) = raw.pull_messages("TRANS_CHECK_MAX_TIME_TOPIC")
         assert given_up.properties["UNIQ_KEY"] == ids["K-FOREVER"]
+        assert given_up.properties["TRANSACTION_CHECK_TIMES"] == str(check_max)
         assert given_up.body == b"body of K-FOREVER"
     finally:
         raw.close()
+
+
+def test_a_half_given_up_is_resumed_checked_again_and_committed(
+    make_broker: Callable[..., BrokerProcess],
+) -> None:
+    """RESUME_CHECK_HALF_MESSAGE (DefaultMQAdminExt.resumeCheckHalfMessage): the copy in
+    TRANS_CHECK_MAX_TIME_TOPIC goes back to the half topic with its check count at 0, its
+    producer is asked again and can commit it. Answers as RocketMQ 4.9.7's, measured side
+    by side with these raw requests (2026-11-27), but for a plain message's id, which
+    RocketMQ copies into the half topic as well and idemp refuses."""
+    topic, group = "TopicResume", "PG_RESUME"
+    broker = make_broker(transactionCheckInterval=200, transactionTimeOut=0, transactionCheckMax=1)
+    with RawClient(broker.broker_addr) as raw, RawClient(broker.broker_addr) as producer:
+        assert raw.create_topic(topic, 1).code == 0
+        uniq = "7F00000100002A9F00000000000000A1"
+        props = {"TRAN_MSG": "true", "PGROUP": group, "KEYS": "K-RESUME", "UNIQ_KEY": uniq}
+        assert raw.send_message(topic, b"half", props, group=group, sys_flag=4).code == 0
+        plain = raw.send_message(topic, b"plain")
+        # no producer online: checked once, then given up (a check round is 0.2 s)
+        _wait_max_offset(raw, "TRANS_CHECK_MAX_TIME_TOPIC", 1, 10.0)
+        (given_up,) = raw.pull_messages("TRANS_CHECK_MAX_TIME_TOPIC")
+        # from now on a half is asked about every round until it is ended, so the commit
+        # below cannot lose a race with a second give-up
+        assert raw.update_broker_config(transactionCheckMax=1000).code == 0
+        assert producer.heartbeat("127.0.0.1@resume", producer_groups=[group]).code == 0
+        halves = raw.max_offset("RMQ_SYS_TRANS_HALF_TOPIC")
+        answers = [
+            raw.request(RequestCode.RESUME_CHECK_HALF_MESSAGE, {"msgId": msg_id})
+            for msg_id in (
+                "ABC",
+                plain.ext_fields["msgId"],
+                offset_msg_id(given_up.store_host, given_up.commit_log_offset),
+            )
+        ]
+        resumed_halves = raw.max_offset("RMQ_SYS_TRANS_HALF_TOPIC") - halves
+        check = producer.wait_pushed(lambda c: c.code == RequestCode.CHECK_TRANSACTION_STATE, 10.0)
+        (asked,) = decode_messages(check.body)
+        end = producer.request(
+            RequestCode.END_TRANSACTION,
+            {
+                "producerGroup": group,
+                "tranStateTableOffset": check.ext_fields["tranStateTableOffset"],
+                "commitLogOffset": check.ext_fields["commitLogOffset"],
+                "commitOrRollback": 8,
+                "msgId": check.ext_fields["msgId"],
+                "fromTransactionCheck": "true",
+            },
+        )
+        delivered = [m.body for m in raw.pull_messages(topic)]
+    assert given_up.properties["TRANSACTION_CHECK_TIMES"] == "1"
+    assert [(a.code, a.remark) for a in answers] == [
+        (
+            ResponseCode.SYSTEM_ERROR,
+            "Exception was thrown when putting message back to RMQ_SYS_TRANS_HALF_TOPIC.",
+        ),
+        (
+            ResponseCode.SYSTEM_ERROR,
+            f"message {plain.ext_fields['msgId']} is not a transaction half message "
+            "(it has no REAL_TOPIC); nothing was put back",
+        ),
+        (ResponseCode.SUCCESS, None),
+    ]
+    assert resumed_halves == 1
+    assert (asked.topic, asked.body, asked.properties["KEYS"]) == (topic, b"half", "K-RESUME")
+    assert asked.properties["TRANSACTION_CHECK_TIMES"] == "1"  # counted from 0 again
+    assert check.ext_fields["msgId"] == given_up.properties["UNIQ_KEY"] == uniq
+    assert (end.code, end.remark) == (ResponseCode.SUCCESS, None)
+    assert delivered == [b"plain", b"half"]
 
 
 def test_committed_message_is_stored_once_with_its_half_offset(
