@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -91,6 +93,67 @@ def test_topic_and_consume_stats(broker: BrokerProcess) -> None:
     }
     assert offsets[0]["lastTimestamp"] > 0 and consume["consumeTps"] == 0.0
     assert by_who == {"groupList": [GROUP]}
+
+
+def test_consume_time_span(broker: BrokerProcess) -> None:
+    """QUERY_CONSUME_TIME_SPAN (303), as RocketMQ 4.9.7 answered the same requests side by
+    side (2026-11-27): store times of each queue's first, last and last consumed message;
+    a group without an offset counts as offset -1 (its delay: now + 1)."""
+    with RawClient(broker.broker_addr) as c:
+        assert c.create_topic("SpanEmpty", 1).code == 0
+        first = [
+            int(
+                c.request(
+                    RequestCode.GET_EARLIEST_MSG_STORETIME, {"topic": TOPIC, "queueId": q}
+                ).ext_fields["timestamp"]
+            )
+            for q in (0, 1)
+        ]
+        stats = _queues(
+            _body(c.request(RequestCode.GET_TOPIC_STATS_INFO, {"topic": TOPIC}))["offsetTable"]
+        )
+        consumed = _queues(
+            _body(c.request(RequestCode.GET_CONSUME_STATS, {"consumerGroup": GROUP}))["offsetTable"]
+        )
+        before = int(time.time() * 1000)
+        spans = {
+            group: _body(
+                c.request(RequestCode.QUERY_CONSUME_TIME_SPAN, {"topic": TOPIC, "group": group})
+            )["consumeTimeSpanSet"]
+            for group in (GROUP, "NoSuchGroup")
+        }
+        after = int(time.time() * 1000)
+        (empty,) = _body(
+            c.request(RequestCode.QUERY_CONSUME_TIME_SPAN, {"topic": "SpanEmpty", "group": GROUP})
+        )["consumeTimeSpanSet"]
+        missing = c.request(
+            RequestCode.QUERY_CONSUME_TIME_SPAN, {"topic": "NoSuchTopic", "group": GROUP}
+        )
+    last = [stats[q]["lastUpdateTimestamp"] for q in (0, 1)]
+    times = {
+        g: [(s["minTimeStamp"], s["maxTimeStamp"], s["consumeTimeStamp"]) for s in v]
+        for g, v in spans.items()
+    }
+    assert times == {
+        GROUP: [(first[0], last[0], consumed[0]["lastTimestamp"]), (first[1], last[1], last[1])],
+        "NoSuchGroup": [(first[0], last[0], first[0]), (first[1], last[1], first[1])],
+    }
+    assert [s["messageQueue"] for s in spans[GROUP]] == [
+        {"brokerName": "broker-a", "queueId": q, "topic": TOPIC} for q in (0, 1)
+    ]
+    own = [s["delayTime"] for s in spans[GROUP]]
+    assert before - last[0] <= own[0] <= after - last[0] and own[1] == 0  # q1 all consumed
+    assert all(before + 1 <= s["delayTime"] <= after + 1 for s in spans["NoSuchGroup"])
+    span = spans[GROUP][0]
+    assert re.fullmatch(r"\d{4}-\d\d-\d\d#\d\d:\d\d:\d\d:\d{3}", span["minTimeStampStr"])
+    assert span["minTimeStampStr"].endswith(f":{first[0] % 1000:03d}")
+    assert (empty["minTimeStamp"], empty["maxTimeStamp"], empty["consumeTimeStamp"]) == (-1,) * 3
+    # no offset there either: -1 < max offset 0, and the "next" message's time is -1
+    assert empty["delayTime"] >= before + 1 and empty["maxTimeStampStr"].endswith(":59:999")
+    assert (missing.code, missing.remark) == (
+        ResponseCode.TOPIC_NOT_EXIST,
+        "topic[NoSuchTopic] not exist",
+    )
 
 
 def test_one_topic_config_as_rocketmq_5_answers_it(broker: BrokerProcess) -> None:
