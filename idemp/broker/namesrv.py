@@ -54,6 +54,11 @@ def _dumps(obj: Any, standard: bool) -> bytes:
     return text.encode()
 
 
+def _java_str(value: str | None) -> str:
+    """A header field as Java's string concatenation writes it: absent reads "null"."""
+    return "null" if value is None else value
+
+
 def _broker_data(server: Broker) -> dict[str, Any]:
     return {
         "brokerAddrs": {"0": server.broker_addr},
@@ -123,7 +128,7 @@ def cluster_info(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingCo
 def topic_list(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingCommand:
     assert server.store is not None
     body = {"topicList": sorted(t for t in server.store.topics.topics if _routed(server, t))}
-    return cmd.response(ResponseCode.SUCCESS, body=json.dumps(body).encode())
+    return cmd.response(ResponseCode.SUCCESS, body=_dumps(body, True))
 
 
 def put_kv(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingCommand:
@@ -155,11 +160,12 @@ def sync_order_topics(server: Broker) -> None:
 
 
 def get_kv(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingCommand:
-    namespace, key = cmd.ext_fields.get("namespace", ""), cmd.ext_fields.get("key", "")
-    value = server.namesrv.get(namespace, key)
-    if value is None:
+    namespace, key = cmd.ext_fields.get("namespace"), cmd.ext_fields.get("key")
+    value = server.namesrv.get(namespace or "", key or "")
+    if value is None:  # Java's string concatenation: an absent field reads "null"
         return cmd.response(
-            ResponseCode.QUERY_NOT_FOUND, f"No config item, Namespace: {namespace} Key: {key}"
+            ResponseCode.QUERY_NOT_FOUND,
+            f"No config item, Namespace: {_java_str(namespace)} Key: {_java_str(key)}",
         )
     return cmd.response(ResponseCode.SUCCESS, ext_fields={"value": value})
 
@@ -173,11 +179,13 @@ def delete_kv(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingComma
 
 
 def kv_list(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingCommand:
-    namespace = cmd.ext_fields.get("namespace", "")
-    table = server.namesrv.kv.get(namespace)
+    namespace = cmd.ext_fields.get("namespace")
+    table = server.namesrv.kv.get(namespace or "")
     if table is None:
-        return cmd.response(ResponseCode.QUERY_NOT_FOUND, f"No config item, Namespace: {namespace}")
-    return cmd.response(ResponseCode.SUCCESS, body=json.dumps({"table": table}).encode())
+        return cmd.response(
+            ResponseCode.QUERY_NOT_FOUND, f"No config item, Namespace: {_java_str(namespace)}"
+        )
+    return cmd.response(ResponseCode.SUCCESS, body=_dumps({"table": table}, True))
 
 
 def _broker_topic_count(server: Broker, broker_name: str) -> int:
@@ -217,7 +225,7 @@ def topics_by_cluster(server: Broker, conn: Peer, cmd: RemotingCommand) -> Remot
     topics: list[str] = []
     if cluster == server.config.brokerClusterName:
         topics = sorted(t for t in server.store.topics.topics if _routed(server, t))
-    return cmd.response(ResponseCode.SUCCESS, body=json.dumps({"topicList": topics}).encode())
+    return cmd.response(ResponseCode.SUCCESS, body=_dumps({"topicList": topics}, True))
 
 
 def system_topics(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingCommand:
@@ -226,7 +234,7 @@ def system_topics(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingC
         "brokerAddr": server.broker_addr,
         "topicList": sorted({server.config.brokerClusterName, server.config.brokerName}),
     }
-    return cmd.response(ResponseCode.SUCCESS, body=json.dumps(body).encode())
+    return cmd.response(ResponseCode.SUCCESS, body=_dumps(body, True))
 
 
 def unit_topics(flag: int, without: int) -> Handler:
@@ -237,7 +245,7 @@ def unit_topics(flag: int, without: int) -> Handler:
             for name, cfg in server.store.topics.topics.items()
             if cfg.topicSysFlag & flag and not cfg.topicSysFlag & without and _routed(server, name)
         )
-        return cmd.response(ResponseCode.SUCCESS, body=json.dumps({"topicList": topics}).encode())
+        return cmd.response(ResponseCode.SUCCESS, body=_dumps({"topicList": topics}, True))
 
     return handler
 
