@@ -105,7 +105,7 @@ def _process(
         return cmd.response(
             ResponseCode.SYSTEM_ERROR,
             f"queueId[{queue_id}] is illegal, topic:[{topic}] topicConfig.readQueueNums:"
-            f"[{tcfg.readQueueNums}] consumer:[{conn.peer}]",
+            f"[{tcfg.readQueueNums}] consumer:[/{conn.peer}]",  # Java's InetSocketAddress
         )
     codes: frozenset[int] | None = None
     selector: Selector | None = None

@@ -392,7 +392,11 @@ def test_pull_status_table(pull_topic: PullTopic) -> None:
         # (offset < min cannot happen: idemp never deletes from a queue)
         # queueId beyond readQueueNums; unknown topic
         bad_q = c.pull(T, 2, 0)
-        assert bad_q.code == 1 and (bad_q.remark or "").startswith("queueId[2] is illegal")
+        assert (bad_q.code, bad_q.remark) == (
+            1,  # the consumer as Java's InetSocketAddress prints it (RocketMQ 4.9.7, measured)
+            f"queueId[2] is illegal, topic:[{T}] topicConfig.readQueueNums:[2] "
+            f"consumer:[/{c.local_addr}]",
+        )
         unknown = c.pull("NoSuchTopicP", 0, 0)
         assert unknown.code == 17
         assert unknown.remark == f"topic[NoSuchTopicP] not exist, apply first please! {FAQ}"
