@@ -40,7 +40,9 @@ help:
 
 # The venv is rebuilt (incrementally) whenever the packaging files change.
 # uv does the heavy install: it is several times faster than pip here, and its cache
-# (~/.cache/uv) keeps the wheel it built from the pyspark sdist for the next run.
+# (~/.cache/uv) keeps the wheel it built from the pyspark sdist for later runs; it builds
+# one again (0.5-1.4 GB each) whenever its cached revision of the sdist changes, so a
+# long-lived machine's cache grows: `.venv/bin/uv cache prune` drops the stale builds.
 # Bytecode is compiled at install (uv does not by default), idemp's own too: where
 # PYTHONDONTWRITEBYTECODE is set (these machines) nothing else writes it, and every
 # Python process (brokers, workers, children of the tests and the demo) compiled
