@@ -6,7 +6,13 @@ import json
 from typing import TYPE_CHECKING
 
 from idemp.remoting import RemotingCommand, RequestCode, ResponseCode, jsonlenient
-from idemp.remoting.codes import DEFAULT_TOPIC, SYSTEM_TOPIC_PREFIX, SYSTEM_TOPICS, Perm
+from idemp.remoting.codes import (
+    DEFAULT_TOPIC,
+    SYSTEM_TOPIC_PREFIX,
+    SYSTEM_TOPICS,
+    UNSET_RESPONSE_REMARK,
+    Perm,
+)
 
 from .metadata import (
     MESSAGE_TYPE_ATTRIBUTE,
@@ -153,7 +159,7 @@ def create_topic(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingCo
             attributes,
         )
     )
-    return cmd.response(ResponseCode.SUCCESS)
+    return cmd.response(ResponseCode.SUCCESS, UNSET_RESPONSE_REMARK)
 
 
 def all_topics(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingCommand:

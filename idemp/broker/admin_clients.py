@@ -13,6 +13,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from idemp.remoting import RemotingCommand, RequestCode, ResponseCode
+from idemp.remoting.codes import UNSET_RESPONSE_REMARK
 from idemp.remoting.jsonlenient import ObjectKeyMap, dumps, mq
 from idemp.remoting.msgid import parse_offset_msg_id
 
@@ -153,7 +154,7 @@ def reset_offset(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingCo
         chan.channel.send_request_oneway(
             RequestCode.RESET_CONSUMER_CLIENT_OFFSET, header, c_body if is_c else java_body
         )
-    return cmd.response(ResponseCode.SUCCESS, body=java_body)
+    return cmd.response(ResponseCode.SUCCESS, UNSET_RESPONSE_REMARK, body=java_body)
 
 
 async def consumer_status(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingCommand:
@@ -183,7 +184,7 @@ async def consumer_status(server: Broker, conn: Peer, cmd: RemotingCommand) -> R
             )
         if only:
             break
-    return cmd.response(ResponseCode.SUCCESS, body=_consumer_table(table))
+    return cmd.response(ResponseCode.SUCCESS, UNSET_RESPONSE_REMARK, body=_consumer_table(table))
 
 
 def json_member(text: str, name: str) -> str:

@@ -11,7 +11,7 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from idemp.remoting import RemotingCommand, RequestCode, ResponseCode
-from idemp.remoting.codes import DEFAULT_TOPIC, SYSTEM_TOPICS
+from idemp.remoting.codes import DEFAULT_TOPIC, SYSTEM_TOPICS, UNSET_RESPONSE_REMARK
 from idemp.remoting.jsonlenient import dumps
 
 from .metadata import topic_error
@@ -140,7 +140,7 @@ def query_consume_queue(server: Broker, conn: Peer, cmd: RemotingCommand) -> Rem
         for i in range(index, min(cq.max_offset, index + max(0, count)))
     ]
     body["queueData"] = rows
-    return cmd.response(ResponseCode.SUCCESS, body=dumps(body).encode())
+    return cmd.response(ResponseCode.SUCCESS, UNSET_RESPONSE_REMARK, body=dumps(body).encode())
 
 
 def system_topics(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingCommand:

@@ -109,6 +109,12 @@ class RequestCode(IntEnum):
     DELETE_EXPIRED_COMMITLOG = 329
 
 
+# RemotingCommand.createResponseCommand's remark, which a handler that sets SUCCESS without
+# clearing it leaves in the answer (RocketMQ 4.9.7: topic creation, QUERY_CONSUME_QUEUE,
+# the broker's offset reset and consumer status)
+UNSET_RESPONSE_REMARK = "not set any response code"
+
+
 class ResponseCode(IntEnum):
     SUCCESS = 0
     SYSTEM_ERROR = 1

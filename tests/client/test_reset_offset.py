@@ -62,7 +62,7 @@ def test_reset_by_time_makes_the_online_consumer_consume_again(
                 RequestCode.INVOKE_BROKER_TO_RESET_OFFSET,
                 {"topic": "ResetT", "group": "reset-g", "timestamp": 0, "isForce": "true"},
             )
-        assert reset.code == ResponseCode.SUCCESS
+        assert (reset.code, reset.remark) == (ResponseCode.SUCCESS, "not set any response code")
         offsets = loads_fastjson(reset.body)["offsetTable"]
         assert sorted((k["queueId"], v) for k, v in offsets) == [(q, 0) for q in range(4)]
         wait_for(lambda: len(seen) == 10, 30, "every message consumed again")
