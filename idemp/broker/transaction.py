@@ -19,6 +19,7 @@ from idemp.remoting.codes import (
     TRANS_CHECK_MAX_TIME_TOPIC,
     TRANS_HALF_TOPIC,
     TRANS_OP_HALF_TOPIC,
+    UNSET_RESPONSE_REMARK,
     MessageSysFlag,
     Perm,
     Prop,
@@ -62,7 +63,9 @@ def end_transaction(server: Broker, conn: Peer, cmd: RemotingCommand) -> Remotin
         return cmd.response(ResponseCode.SERVICE_NOT_AVAILABLE, error)
     if error:
         return cmd.response(ResponseCode.SYSTEM_ERROR, error)
-    return cmd.response(ResponseCode.SUCCESS)
+    # a commit answers with the final message's put (remark cleared); a rollback with
+    # checkPrepareMessage's response, whose default remark RocketMQ 4.9.7 leaves in place
+    return cmd.response(ResponseCode.SUCCESS, None if kind == COMMIT else UNSET_RESPONSE_REMARK)
 
 
 def resume_check_half_message(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingCommand:

@@ -27,7 +27,7 @@ import pytest
 
 from idemp.broker.process import BrokerProcess
 from idemp.remoting import RequestCode, ResponseCode, decode_messages
-from idemp.remoting.msgid import offset_msg_id
+from idemp.remoting.msgid import offset_msg_id, parse_offset_msg_id
 
 from .rawclient import RawClient
 
@@ -491,7 +491,22 @@ def test_a_half_given_up_is_resumed_checked_again_and_committed(
                 "fromTransactionCheck": "true",
             },
         )
+        # and a half rolled back by its producer at once: RocketMQ's rollback answer keeps
+        # the response's default remark (EndTransactionProcessor.checkPrepareMessage)
+        other = raw.send_message(topic, b"undone", props, group=group, sys_flag=4)
+        rollback = producer.request(
+            RequestCode.END_TRANSACTION,
+            {
+                "producerGroup": group,
+                "tranStateTableOffset": other.ext_fields["queueOffset"],
+                "commitLogOffset": parse_offset_msg_id(other.ext_fields["msgId"])[1],
+                "commitOrRollback": 12,
+                "msgId": other.ext_fields["msgId"],
+                "fromTransactionCheck": "false",
+            },
+        )
         delivered = [m.body for m in raw.pull_messages(topic)]
+    assert (rollback.code, rollback.remark) == (ResponseCode.SUCCESS, "not set any response code")
     assert given_up.properties["TRANSACTION_CHECK_TIMES"] == "1"
     assert [(a.code, a.remark) for a in answers] == [
         (
