@@ -92,20 +92,7 @@ def resume_check_half_message(server: Broker, conn: Peer, cmd: RemotingCommand) 
         )
     if store.disk.full:
         return cmd.response(ResponseCode.SYSTEM_ERROR, RESUME_REFUSED)
-    store.put(
-        MessageExt(
-            topic=TRANS_HALF_TOPIC,
-            queue_id=0,
-            body=msg.body,
-            flag=msg.flag,
-            properties={**msg.properties, Prop.TRANSACTION_CHECK_TIMES: "0"},
-            sys_flag=msg.sys_flag,
-            born_timestamp=msg.born_timestamp,
-            born_host=msg.born_host,
-            reconsume_times=msg.reconsume_times,
-        ),
-        keep_wait=True,
-    )
+    _put_copy(server, msg, TRANS_HALF_TOPIC, check_times=0)
     log.info(
         "transaction: half message %s put back to %s (real topic %s)",
         msg.uniq_key,
@@ -113,6 +100,27 @@ def resume_check_half_message(server: Broker, conn: Peer, cmd: RemotingCommand) 
         msg.properties[Prop.REAL_TOPIC],
     )
     return cmd.response(ResponseCode.SUCCESS)
+
+
+def _put_copy(server: Broker, msg: MessageExt, topic: str, *, check_times: int) -> None:
+    """A half's copy in another transaction topic (queue 0) with its check count, as
+    RocketMQ's toMessageExtBrokerInner builds one to give up on a half or to resume it."""
+    store = server.store
+    assert store is not None
+    store.put(
+        MessageExt(
+            topic=topic,
+            queue_id=0,
+            body=msg.body,
+            flag=msg.flag,
+            properties={**msg.properties, Prop.TRANSACTION_CHECK_TIMES: str(check_times)},
+            sys_flag=msg.sys_flag,
+            born_timestamp=msg.born_timestamp,
+            born_host=msg.born_host,
+            reconsume_times=msg.reconsume_times,
+        ),
+        keep_wait=True,
+    )
 
 
 class TransactionCheckService:
@@ -247,20 +255,8 @@ class TransactionCheckService:
             TRANS_CHECK_MAX_TIME_TOPIC,
         )
         store.topics.create_system(TRANS_CHECK_MAX_TIME_TOPIC, 1, Perm.READ | Perm.WRITE)
-        store.put(
-            MessageExt(
-                topic=TRANS_CHECK_MAX_TIME_TOPIC,
-                queue_id=0,
-                body=half.body,
-                flag=half.flag,
-                # RocketMQ's half carries its check count, put back with each check
-                properties={**half.properties, Prop.TRANSACTION_CHECK_TIMES: str(times)},
-                sys_flag=half.sys_flag,
-                born_timestamp=half.born_timestamp,
-                born_host=half.born_host,
-            ),
-            keep_wait=True,
-        )
+        # RocketMQ's half carries its check count, put back with each check
+        _put_copy(self.server, half, TRANS_CHECK_MAX_TIME_TOPIC, check_times=times)
         self._write_op(half.queue_offset)
 
     def _send_check(self, half: MessageExt, times: int) -> None:
