@@ -78,7 +78,7 @@ def earliest_time(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingC
     assert server.store is not None
     topic, qid = _queue(cmd)
     cq = server.store.find_queue(topic, qid)
-    ts = cq.store_ts[cq.min_offset] if cq is not None and cq.max_offset > cq.min_offset else -1
+    ts = cq.store_time(cq.min_offset) if cq is not None else -1
     return cmd.response(ResponseCode.SUCCESS, ext_fields={"timestamp": str(ts)})
 
 

@@ -16,6 +16,7 @@ from idemp.remoting import RemotingCommand, RequestCode, ResponseCode
 from idemp.remoting.jsonlenient import ObjectKeyMap, dumps, mq
 
 from .brokerstats import GROUP_GET_NUMS
+from .consumequeue import ConsumeQueue
 from .diskguard import disk_used_ratio
 
 if TYPE_CHECKING:
@@ -318,14 +319,6 @@ def _java_date(ms: int) -> str:
     return time.strftime("%Y-%m-%d#%H:%M:%S", time.localtime(secs)) + f":{millis:03d}"
 
 
-def _store_time(store: MessageStore, topic: str, qid: int, offset: int) -> int:
-    """DefaultMessageStore.getMessageStoreTimeStamp: -1 outside the queue."""
-    cq = store.find_queue(topic, qid)
-    if cq is None or not cq.min_offset <= offset < cq.max_offset:
-        return -1
-    return int(cq.store_ts[offset])
-
-
 def consume_time_span(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingCommand:
     """QUERY_CONSUME_TIME_SPAN (DefaultMQAdminExt.queryConsumeTimeSpan): per write queue,
     the store times of its first and last message and of the group's last consumed one,
@@ -340,18 +333,15 @@ def consume_time_span(server: Broker, conn: Peer, cmd: RemotingCommand) -> Remot
         return cmd.response(ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist")
     spans = []
     for qid in range(tcfg.writeQueueNums):
-        cq = store.find_queue(topic, qid)
-        min_time = _store_time(store, topic, qid, cq.min_offset if cq else 0)
-        max_offset = store.max_offset(topic, qid)
-        max_time = _store_time(store, topic, qid, max_offset - 1)
+        cq = store.find_queue(topic, qid) or ConsumeQueue()  # never written: all -1
+        min_time = cq.store_time(cq.min_offset)
+        max_time = cq.store_time(cq.max_offset - 1)
         committed = store.offsets.query(group, topic, qid)
         consumer_offset = -1 if committed is None else committed
-        consume_time = (
-            _store_time(store, topic, qid, consumer_offset - 1) if consumer_offset > 0 else min_time
-        )
+        consume_time = cq.store_time(consumer_offset - 1) if consumer_offset > 0 else min_time
         delay = 0
-        if consumer_offset < max_offset:
-            delay = int(time.time() * 1000) - _store_time(store, topic, qid, consumer_offset)
+        if consumer_offset < cq.max_offset:
+            delay = int(time.time() * 1000) - cq.store_time(consumer_offset)
         spans.append(
             {
                 "consumeTimeStamp": consume_time,

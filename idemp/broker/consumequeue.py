@@ -34,6 +34,12 @@ class ConsumeQueue:
         self.store_ts.append(store_ts)
         return offset
 
+    def store_time(self, offset: int) -> int:
+        """DefaultMessageStore.getMessageStoreTimeStamp: -1 outside the queue."""
+        if not self.min_offset <= offset < len(self.store_ts):
+            return -1
+        return self.store_ts[offset]
+
     def offset_by_time(self, timestamp: int) -> int:
         """SEARCH_OFFSET_BY_TIMESTAMP: the entry stored at ``timestamp``, else the one
         nearest in time (the earlier one on a tie); past the end, the last entry."""
