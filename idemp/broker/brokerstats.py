@@ -10,6 +10,8 @@ counted; nothing is made up.
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import time
 from collections import deque
 from collections.abc import Callable
@@ -34,6 +36,16 @@ _BUCKET_NAMES = (
     "10s~",
 )
 _SAMPLES = 601  # one per second: enough for the 600 s TPS
+# StoreStatsService.PUT_MESSAGE_ENTIRE_TIME_BUCKETS: (step ms, how many) -> the upper
+# bounds of the finer buckets putLatency99/999 interpolate in, then one unbounded bucket
+_LATENCY_BOUNDS: tuple[int, ...] = tuple(
+    itertools.accumulate(
+        step
+        for step, times in ((1, 20), (2, 15), (5, 10), (10, 10), (50, 6), (100, 5), (1000, 9))
+        for _ in range(times)
+    )
+) + (2**63 - 1,)
+_PRINT_INTERVAL_MS = 60_000  # StoreStatsService.printTPSInterval: the windows roll over
 
 # BrokerStatsManager item names (the statsName of VIEW_BROKER_STATS_DATA)
 TOPIC_PUT_NUMS = "TOPIC_PUT_NUMS"
@@ -94,7 +106,12 @@ class BrokerStats:
         self.put_size = 0
         self.put_failed = 0
         self.put_max_ms = 0
+        # the put latency of the current minute; RocketMQ reports the last finished one
+        # (none during the first minute: "null" and 0.00)
         self.put_buckets = [0] * len(_BUCKET_NAMES)
+        self.last_put_buckets: list[int] | None = None
+        self.latency = [0] * len(_LATENCY_BOUNDS)
+        self.last_latency = [0] * len(_LATENCY_BOUNDS)
         self.get_found = 0
         self.get_miss = 0
         self.get_transferred = 0
@@ -108,6 +125,7 @@ class BrokerStats:
         self.get_yesterday_morning = 0
         self._day = time.localtime().tm_yday
         self._last_minute = self._last_hour = self._last_day = 0
+        self._last_print = self.boot_ms
         self.sample(force=True)
 
     # --- counting ------------------------------------------------------------------
@@ -118,10 +136,10 @@ class BrokerStats:
         self.put_times += 1
         self.put_size += size
         self.put_max_ms = max(self.put_max_ms, elapsed_ms)
-        i = 0
-        while i < len(_BUCKET_LIMITS) and elapsed_ms > _BUCKET_LIMITS[i]:
-            i += 1
+        # setPutMessageEntireTimeMax: <= 0, then < 10, < 50, ... < 10000, the rest
+        i = 0 if elapsed_ms <= 0 else bisect.bisect_right(_BUCKET_LIMITS, elapsed_ms)
         self.put_buckets[i] += 1
+        self.latency[bisect.bisect_left(_LATENCY_BOUNDS, elapsed_ms)] += 1  # ceilingEntry
 
     def on_get(self, found: int, elapsed_ms: int) -> None:
         if found:
@@ -147,6 +165,10 @@ class BrokerStats:
         self._samples.append(
             (now, self.put_times, self.get_found, self.get_miss, self.get_transferred)
         )
+        if now > self._last_print + _PRINT_INTERVAL_MS:  # StoreStatsService.printTps
+            self._last_print = now
+            self.last_put_buckets, self.put_buckets = self.put_buckets, [0] * len(_BUCKET_NAMES)
+            self.last_latency, self.latency = self.latency, [0] * len(_LATENCY_BOUNDS)
         # StatsItemSet's samplers: every 10 s, 10 min and hour from the broker's start
         if force or now - self._last_minute >= 10_000:
             self._last_minute = now
@@ -180,10 +202,12 @@ class BrokerStats:
         return " ".join(self._tps(index, w) for w in (10, 60, 600))
 
     def total_get_tps(self) -> str:
+        """getGetTotalTps: unlike the other rates, "0.0" (found + miss, both 0) while a
+        window has too few samples."""
         parts = []
         for w in (10, 60, 600):
             if len(self._samples) <= w:
-                parts.append("")
+                parts.append("0.0")
                 continue
             first, last = self._samples[-(w + 1)], self._samples[-1]
             span = last[0] - first[0]
@@ -209,9 +233,9 @@ class BrokerStats:
             "putMessageTimesTotal": str(times),
             "putMessageFailedTimes": str(self.put_failed),
             "putMessageSizeTotal": str(self.put_size),
-            "putMessageDistributeTime": "".join(
-                f"[{name}]:{n} " for name, n in zip(_BUCKET_NAMES, self.put_buckets)
-            ),
+            "putMessageDistributeTime": "null"
+            if self.last_put_buckets is None
+            else "".join(f"[{name}]:{n} " for name, n in zip(_BUCKET_NAMES, self.last_put_buckets)),
             "putMessageAverageSize": repr(self.put_size / float(times)),
             "dispatchMaxBuffer": "0",
             "getMessageEntireTimeMax": str(self.get_max_ms),
@@ -225,18 +249,18 @@ class BrokerStats:
         }
 
     def _latency_px(self, fraction: float) -> float:
-        """StoreStatsService.findPutMessageEntireTimePX: the bucket's upper bound (ms)
-        that covers ``fraction`` of the puts (0 when there are none)."""
-        total = sum(self.put_buckets)
-        if not total:
-            return 0.0
-        need = total * fraction
-        seen = 0
-        for i, n in enumerate(self.put_buckets):
-            seen += n
-            if seen >= need:
-                return float(_BUCKET_LIMITS[i]) if i < len(_BUCKET_LIMITS) else 10000.0
-        return 10000.0
+        """StoreStatsService.findPutMessageEntireTimePX over the last minute's buckets:
+        the px-th put's place, interpolated linearly inside its bucket."""
+        index = int(sum(self.last_latency) * fraction)
+        passed = 0
+        for i, count in enumerate(self.last_latency):
+            if index <= passed + count:
+                low = _LATENCY_BOUNDS[i - 1] if i else 0
+                if not count:
+                    return float(low)
+                return low + (_LATENCY_BOUNDS[i] - low) * (index - passed) / count
+            passed += count
+        return 0.0
 
     def view(self, name: str, key: str) -> dict[str, Any] | None:
         """VIEW_BROKER_STATS_DATA's BrokerStatsData, or None for a key never counted."""
