@@ -109,10 +109,19 @@ class PushRunner:
     runners, for ``App`` listeners declared with ``protocol="grpc"``."""
 
     def __init__(
-        self, fn: Callable[[Message], Any], *, group: str, endpoint: str, threads: int | None
+        self,
+        fn: Callable[[Message], Any],
+        *,
+        group: str,
+        endpoint: str,
+        threads: int | None,
+        credentials: tuple[str, str] = ("", ""),
     ) -> None:
+        """``credentials``: an access key and secret for a proxy with authentication on
+        (the 5.x client signs each call with them); empty, none is sent."""
         self.group = _check_group(group, "PushRunner")
         self.endpoint = endpoint
+        self._credentials = credentials
         self.threads = threads
         self.subscriptions: dict[str, tuple[str, str]] = {}
         self.consumer: Any = None
@@ -140,7 +149,8 @@ class PushRunner:
         from rocketmq import ClientConfiguration, Credentials, FilterExpression, PushConsumer
         from rocketmq.grpc_protocol import FilterType
 
-        config = ClientConfiguration(self.endpoint, Credentials())
+        ak, sk = self._credentials
+        config = ClientConfiguration(self.endpoint, Credentials(ak, sk) if ak else Credentials())
         kinds = {"TAG": FilterType.TAG, "SQL92": FilterType.SQL}
         subs = {t: FilterExpression(e, kinds[k]) for t, (e, k) in self.subscriptions.items()}
         options = {} if self.threads is None else {"consumption_thread_count": self.threads}

@@ -229,6 +229,7 @@ class App:
                 group=spec.group,
                 endpoint=self._grpc_endpoint(),
                 threads=spec.threads,
+                credentials=(self.settings.access_key, self.settings.secret_key),
             )
             spec.runner.subscribe(*_subscription(spec))
             return
@@ -250,7 +251,13 @@ class App:
                 f"{self.name}: no nameserver: pass App(namesrv_addr=...), set IDEMP_NAMESRV "
                 "or give the worker --namesrv"
             )
-        return ClientSettings(namesrv_addr=addr)
+        s = self.settings
+        return ClientSettings(
+            namesrv_addr=addr,
+            access_key=s.access_key,
+            secret_key=s.secret_key,
+            security_token=s.security_token,
+        )
 
     def _grpc_endpoint(self) -> str:
         addr = self._endpoint or self.settings.endpoint

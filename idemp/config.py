@@ -63,7 +63,8 @@ class IdempSettings(BaseSettings):
     ``backend`` (a SQLAlchemy or ``redis://`` URL, default ``sqlite:///idemp.db``),
     ``strategy`` (default: from the URL's scheme), ``deadline_s`` (60: how long a claim
     holds before another consumer may take it over), ``retention_s`` (7 days),
-    ``transactional``, ``table``, ``key_prefix``, ``lock_timeout_s``; ``listeners``
+    ``transactional``, ``table``, ``key_prefix``, ``lock_timeout_s``, ``namesrv``,
+    ``endpoint``, the ACL account (``access_key``, ``secret_key``); ``listeners``
     overrides any of them per listener name (``IDEMP_LISTENERS__orders__BACKEND=...``).
     ``strategy_for(name)`` builds the strategy a listener should use.
     """
@@ -83,6 +84,10 @@ class IdempSettings(BaseSettings):
     listeners: dict[str, ListenerSettings] = Field(default_factory=dict)
     namesrv: str | None = None  # the nameserver an App's listeners consume from
     endpoint: str | None = None  # the RocketMQ 5 proxy (gRPC) of an App's grpc listeners
+    # RocketMQ ACL: the account an App's listeners sign their requests with
+    access_key: str = ""
+    secret_key: str = Field(default="", repr=False)
+    security_token: str = Field(default="", repr=False)
 
     toml_path: ClassVar[Path | None] = None  # set by from_toml on a throw-away subclass
 

@@ -9,7 +9,6 @@ not part of any ``repr``, log line or error text.
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import hmac
 import ipaddress
@@ -22,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from idemp.remoting import RemotingCommand, RequestCode, jsonlenient
+from idemp.remoting.acl import ACCESS_KEY, SIGNATURE, signature
 
 from .config import BrokerConfig, ConfigError
 
@@ -158,7 +158,7 @@ class PlainAcl:
         needed = required_perms(cmd)
         if any(m(peer_host) for m in self.global_white):
             return
-        ak = cmd.ext_fields.get("AccessKey")
+        ak = cmd.ext_fields.get(ACCESS_KEY)
         if ak is None:
             raise AclDenied("No accessKey is configured", None)
         owned = self.accounts.get(ak)
@@ -167,7 +167,7 @@ class PlainAcl:
         if owned.white(peer_host):
             return
         expected = signature(cmd, owned.secret_key)
-        given = cmd.ext_fields.get("Signature") or ""
+        given = cmd.ext_fields.get(SIGNATURE) or ""
         if not hmac.compare_digest(expected.encode(), given.encode("utf-8", "replace")):
             raise AclDenied(f"Check signature failed for accessKey={ak}", ak)
         if needed.get(TRACE_TOPIC) == PUB:
@@ -196,16 +196,6 @@ def _permits(need: int, have: int) -> bool:
     if need & ANY:
         return bool(have & (PUB | SUB))
     return bool(need & have)
-
-
-def signature(cmd: RemotingCommand, secret_key: str) -> str:
-    """Base64 HmacSHA1 over the values of all extFields but ``Signature`` and
-    ``_UNIQUE_KEY_QUERY``, sorted by key and concatenated, then the body."""
-    content = "".join(
-        v for k, v in sorted(cmd.ext_fields.items()) if k not in ("Signature", "_UNIQUE_KEY_QUERY")
-    ).encode("utf-8") + bytes(cmd.body or b"")
-    digest = hmac.new(secret_key.encode("utf-8"), content, hashlib.sha1).digest()
-    return base64.b64encode(digest).decode("ascii")
 
 
 def _retry(group: str | None) -> str | None:

@@ -272,7 +272,11 @@ class PushConsumer:
         await self._check_filters()
         inst.consumers[self.group] = self
         self.service.service_start(self)
-        await inst.heartbeat_all()
+        try:
+            await inst.heartbeat_all(acl_refusal_raises=True)
+        except ResponseError:
+            del inst.consumers[self.group]
+            raise
         if self.orderly and self.clustering:
             self._lock_task = asyncio.ensure_future(self._renew_locks())
         await self.rebalance()

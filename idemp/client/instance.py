@@ -16,6 +16,7 @@ import time
 from typing import Any, Protocol
 
 from idemp.remoting import MessageExt, RemotingCommand, RequestCode, ResponseCode
+from idemp.remoting.acl import is_acl_refusal
 
 from . import running_info
 from .loop import LoopThread
@@ -76,6 +77,14 @@ class ClientInstance:
             inst = cls._registry.get(key)
             if inst is None or inst._stopped:
                 inst = cls._registry[key] = ClientInstance(settings)
+            elif inst.settings.credentials() != settings.credentials():
+                # one client id, one set of credentials: the Java client would sign with
+                # the first one's hook, silently
+                raise ValueError(
+                    f"client {inst.client_id} already runs in this process with ACL access "
+                    f"key {inst.settings.access_key!r}; give this one its own instance_name "
+                    "to use other credentials"
+                )
             inst._refs += 1
             return inst
 
@@ -92,6 +101,7 @@ class ClientInstance:
             version=settings.version,
             connect_timeout=settings.connect_timeout,
             on_request=self._on_request,
+            sign=settings.signer(),
         )
         self.routes: dict[str, TopicRoute] = {}
         self.brokers: dict[str, dict[int, str]] = {}
@@ -287,7 +297,11 @@ class ClientInstance:
         }
         return json.dumps(data, separators=(",", ":")).encode()
 
-    async def heartbeat_all(self) -> None:
+    async def heartbeat_all(self, *, acl_refusal_raises: bool = False) -> None:
+        """Register this client's groups at every master. ``acl_refusal_raises``: a
+        consumer's start, where a refusal by the broker's ACL (wrong credentials, no
+        permission for the group or a topic) is a configuration error to raise at once,
+        not a warning before every pull fails."""
         if not self.consumers and not self.producers:
             return
         body = self.heartbeat_body()
@@ -295,10 +309,16 @@ class ClientInstance:
         for addr in self.master_addrs():
             try:
                 resp = await self.broker_call(addr, RequestCode.HEART_BEAT, None, body)
-                if resp.code != ResponseCode.SUCCESS:
-                    errors.append(f"{addr}: {resp.code} {resp.remark}")
             except RemotingError as exc:
                 errors.append(f"{addr}: {exc}")
+                continue
+            if resp.code == ResponseCode.SUCCESS:
+                continue
+            if acl_refusal_raises and is_acl_refusal(resp.remark):
+                raise ResponseError(
+                    resp.code, resp.remark, f"the broker at {addr} refused this client"
+                )
+            errors.append(f"{addr}: {resp.code} {resp.remark}")
         if errors:
             log.info("heartbeat: %s", "; ".join(errors))
 

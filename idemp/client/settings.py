@@ -9,8 +9,12 @@ from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
+
+from idemp.remoting import RemotingCommand
+from idemp.remoting.acl import sign
 
 
 class MessageModel(str, Enum):
@@ -58,6 +62,38 @@ class ClientSettings:
     # Version ordinal sent in every request: 4.9.7 (>= 401 gets standard route JSON).
     version: int = 407
     language: str = "PYTHON"
+    # RocketMQ's plain ACL (a broker with aclEnable=true): with an access key every request
+    # is signed, as the Java client's AclClientRPCHook signs it. From the environment when
+    # not given, so runners, tools and the worker all pick them up.
+    access_key: str = field(default_factory=lambda: os.environ.get("IDEMP_ACCESS_KEY", ""))
+    secret_key: str = field(
+        default_factory=lambda: os.environ.get("IDEMP_SECRET_KEY", ""), repr=False
+    )
+    security_token: str = field(
+        default_factory=lambda: os.environ.get("IDEMP_SECURITY_TOKEN", ""), repr=False
+    )
+
+    def __post_init__(self) -> None:
+        if bool(self.access_key) != bool(self.secret_key):
+            given, missing = (
+                ("access_key", "secret_key") if self.access_key else ("secret_key", "access_key")
+            )
+            raise ValueError(
+                f"ACL credentials: {given} is set but {missing} is not "
+                "(ClientSettings, or IDEMP_ACCESS_KEY and IDEMP_SECRET_KEY)"
+            )
+        if self.security_token and not self.access_key:
+            raise ValueError("ACL credentials: security_token is set without an access_key")
+
+    def signer(self) -> Callable[[RemotingCommand], None] | None:
+        """What signs each request of a client with these settings; None without ACL."""
+        if not self.access_key:
+            return None
+        ak, sk, token = self.access_key, self.secret_key, self.security_token or None
+        return lambda cmd: sign(cmd, ak, sk, token)
+
+    def credentials(self) -> tuple[str, str, str]:
+        return (self.access_key, self.secret_key, self.security_token)
 
     def client_id(self) -> str:
         """``ip@pid`` plus ``#instance`` when named (like the Java client)."""

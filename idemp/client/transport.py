@@ -139,8 +139,10 @@ class Transport:
         version: int = 407,
         connect_timeout: float = 3.0,
         on_request: RequestHandler | None = None,
+        sign: Callable[[RemotingCommand], None] | None = None,
     ) -> None:
         self.language = language
+        self.sign = sign  # ACL: adds AccessKey and Signature to every request sent
         self.version = version
         self.connect_timeout = connect_timeout
         self.on_request = on_request
@@ -226,6 +228,8 @@ class Transport:
         self._pending[cmd.opaque] = (fut, conn)
         conn.opaques.add(cmd.opaque)
         timer: asyncio.TimerHandle | None = None
+        if self.sign is not None:
+            self.sign(cmd)
         try:
             conn.send(cmd)
             timer = loop.call_at(max(deadline, loop.time() + 0.001), _expire, fut)
@@ -244,6 +248,8 @@ class Transport:
     async def invoke_oneway(self, addr: str, cmd: RemotingCommand, timeout: float = 3.0) -> None:
         cmd.flag |= RPC_ONEWAY
         conn = await self._connected(addr, timeout)
+        if self.sign is not None:
+            self.sign(cmd)
         conn.send(cmd)
 
     # --- events from connections -------------------------------------------------

@@ -549,10 +549,11 @@ def load_broker_offsets(url: str, timeout: float = 10.0) -> Offsets:
 async def _query_broker_offsets(
     addr: str, groups: list[str], topics: list[str], queues: list[int], timeout: float
 ) -> Offsets:
+    from idemp.client.settings import ClientSettings
     from idemp.client.transport import ResponseError, Transport
     from idemp.remoting import RequestCode, ResponseCode
 
-    transport = Transport()
+    transport = Transport(sign=ClientSettings().signer())  # ACL: IDEMP_ACCESS_KEY …
 
     async def call(code: int, ext: dict[str, str] | None = None) -> Any:
         return await transport.invoke(addr, transport.request(code, ext), timeout)

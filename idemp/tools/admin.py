@@ -8,6 +8,8 @@ broker or to a RocketMQ broker:
 
     idemp admin update-topic --broker 127.0.0.1:10911 --topic Orders --type FIFO
     idemp admin update-sub-group --broker 127.0.0.1:10911 --group billing --fifo
+
+A broker with ACL on needs an admin account's IDEMP_ACCESS_KEY and IDEMP_SECRET_KEY.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import json
 import socket
 import sys
 
+from idemp.client.settings import ClientSettings
 from idemp.remoting import FrameDecoder, RemotingCommand, RequestCode, encode
 
 TYPES = ("NORMAL", "FIFO", "DELAY", "TRANSACTION", "MIXED")
@@ -86,7 +89,11 @@ def update_sub_group(addr: str, group: str, fifo: bool = False, retry_max: int =
 
 
 def _command(code: int, ext: dict[str, str], body: bytes = b"") -> RemotingCommand:
-    return RemotingCommand(code=code, opaque=next(_opaques), ext_fields=ext, body=body)
+    cmd = RemotingCommand(code=code, opaque=next(_opaques), ext_fields=ext, body=body)
+    sign = ClientSettings().signer()  # IDEMP_ACCESS_KEY/IDEMP_SECRET_KEY: an admin account
+    if sign is not None:
+        sign(cmd)
+    return cmd
 
 
 def _check(answer: RemotingCommand, what: str) -> None:

@@ -27,12 +27,12 @@ from idemp.broker.acl import (
     load_acl,
     parse_address_pattern,
     required_perms,
-    signature,
 )
 from idemp.broker.config import BrokerConfig, ConfigError
 from idemp.broker.process import BrokerProcess, BrokerStartError
 from idemp.broker.server import BrokerServer
 from idemp.remoting import RemotingCommand, RequestCode, ResponseCode
+from idemp.remoting.acl import signature
 
 from .official_scripts import ClientError, Clients, clients_fixture, wait_until
 from .rawclient import RawClient
