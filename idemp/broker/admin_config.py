@@ -44,7 +44,11 @@ def config_lines(cfg: BrokerConfig) -> str:
     whole set (what idemp does not model, at RocketMQ's defaults)."""
     items = dict(rocketmq_defaults.STATIC)
     items.update(rocketmq_defaults.derived(cfg.listenPort, cfg.storePathRootDir, cfg.brokerIP1))
-    modelled = (f.name for f in dataclasses.fields(cfg) if f.name != "unknown")
+    modelled = (
+        f.name
+        for f in dataclasses.fields(cfg)
+        if f.name != "unknown" and "system_property" not in f.metadata
+    )
     items.update((name, _value(getattr(cfg, name))) for name in modelled)
     items.update(cfg.unknown)
     return "".join(f"{k}={v}\n" for k, v in items.items())

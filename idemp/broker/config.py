@@ -20,6 +20,10 @@ class ConfigError(ValueError):
     """A configuration value that cannot be used; the message names the key."""
 
 
+def _sysprop(name: str) -> dict[str, str]:
+    return {"system_property": name}
+
+
 @dataclass
 class BrokerConfig:
     brokerClusterName: str = "DefaultCluster"
@@ -78,6 +82,20 @@ class BrokerConfig:
     # rocketmq.broker.diskSpaceWarningLevelRatio, as a fraction): over this percentage of
     # the commit log's disk in use, producers' writes are refused (diskguard.py)
     diskSpaceWarningLevelRatio: int = 90
+    # TLS on the remoting ports (tls.py). RocketMQ 4.9 reads these as JVM system
+    # properties, not broker.conf keys: idemp takes them by those names in broker.conf or
+    # -p, and leaves them out of GET_BROKER_CONFIG as RocketMQ does.
+    tlsServerMode: str = field(default="permissive", metadata=_sysprop("tls.server.mode"))
+    tlsTestModeEnable: bool = field(default=True, metadata=_sysprop("tls.test.mode.enable"))
+    tlsServerCertPath: str = field(default="", metadata=_sysprop("tls.server.certPath"))
+    tlsServerKeyPath: str = field(default="", metadata=_sysprop("tls.server.keyPath"))
+    tlsServerKeyPassword: str = field(
+        default="", repr=False, metadata=_sysprop("tls.server.keyPassword")
+    )
+    tlsServerTrustCertPath: str = field(default="", metadata=_sysprop("tls.server.trustCertPath"))
+    tlsServerNeedClientAuth: str = field(
+        default="none", metadata=_sysprop("tls.server.need.client.auth")
+    )
 
     @property
     def grpc_port(self) -> int:
@@ -113,6 +131,10 @@ class BrokerConfig:
 
 
 _FIELDS = {f.name: f for f in dataclasses.fields(BrokerConfig) if f.name != "unknown"}
+# fields RocketMQ reads as system properties, by the property's name
+SYSTEM_PROPERTIES = {
+    f.metadata["system_property"]: f for f in _FIELDS.values() if "system_property" in f.metadata
+}
 
 
 def parse_delay_levels(text: str) -> list[int]:
@@ -128,7 +150,7 @@ def parse_delay_levels(text: str) -> list[int]:
 
 
 def apply_setting(cfg: BrokerConfig, key: str, raw: str) -> None:
-    f = _FIELDS.get(key)
+    f = SYSTEM_PROPERTIES.get(key) or _FIELDS.get(key)
     if f is None:
         cfg.unknown[key] = raw
         return
@@ -145,7 +167,7 @@ def apply_setting(cfg: BrokerConfig, key: str, raw: str) -> None:
         value = low == "true"
     else:
         value = raw.strip()
-    setattr(cfg, key, value)
+    setattr(cfg, f.name, value)
 
 
 def read_properties(text: str) -> dict[str, str]:

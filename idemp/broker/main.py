@@ -108,13 +108,13 @@ def run_loop(main: Coroutine[Any, Any, int]) -> int:
 
 
 async def _serve(config: BrokerConfig) -> int:
-    server = BrokerServer(config)
     try:
+        server = BrokerServer(config)
         await server.start()
     except OSError as exc:
         print(f"idemp broker: cannot listen: {exc}", file=sys.stderr)
         return 1
-    except ConfigError as exc:  # the ACL file, read at start
+    except ConfigError as exc:  # the ACL file and the TLS settings, checked at start
         print(f"idemp broker: {exc}", file=sys.stderr)
         return 2
     stop = asyncio.Event()

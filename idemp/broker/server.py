@@ -12,6 +12,7 @@ import functools
 import inspect
 import itertools
 import logging
+import ssl
 import time
 from typing import Any
 
@@ -36,6 +37,7 @@ from .locks import LockManager
 from .longpoll import PullHoldService
 from .store import MessageStore
 from .timer import TimerService
+from .tls import HANDSHAKE_RECORD, ServerTls, TlsSession
 
 log = logging.getLogger("idemp.broker")
 
@@ -56,6 +58,8 @@ class Connection(asyncio.Protocol):
         self._waiting: dict[int, asyncio.Future[RemotingCommand]] = {}  # opaque -> answer
         self.language = "JAVA"
         self.version = 0
+        self.tls: TlsSession | None = None
+        self._first_bytes = True  # TLS or plain is decided by the first byte (tls.py)
 
     # --- asyncio.Protocol ----------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -77,6 +81,22 @@ class Connection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.last_active = time.monotonic()
+        if self._first_bytes:
+            self._first_bytes = False
+            if not self._choose_tls(data[0] == HANDSHAKE_RECORD):
+                return
+        if self.tls is not None:
+            try:
+                data = self.tls.receive(data)
+            except ssl.SSLError as exc:
+                log.warning("%s %s: closing TLS connection: %s", self.role, self.peer, exc)
+                self.close()
+                return
+            self._flush_tls()
+            if self.tls.closed_by_peer:
+                self.close()
+            if not data:
+                return
         try:
             commands = self.decoder.feed(data)
         except ProtocolError as exc:
@@ -92,6 +112,40 @@ class Connection(asyncio.Protocol):
             self.language = cmd.language
             self.version = cmd.version
             self._dispatch(cmd)
+
+    def _choose_tls(self, hello: bool) -> bool:
+        """RocketMQ's HandshakeHandler: False when the connection is closed instead."""
+        mode = self.server.tls.mode
+        if hello and mode == "disabled":
+            log.warning(
+                "%s %s: a TLS client, and tls.server.mode is disabled: closed",
+                self.role,
+                self.peer,
+            )
+        elif not hello and mode == "enforcing":
+            log.warning(
+                "%s %s: a plain client, and tls.server.mode is enforcing: closed",
+                self.role,
+                self.peer,
+            )
+        elif hello:
+            try:
+                self.tls = self.server.tls.session()
+            except Exception:  # RocketMQ: "sslContext is null" closes the connection
+                log.exception("%s %s: no TLS context: closed", self.role, self.peer)
+                self.close()
+                return False
+            return True
+        else:
+            return True
+        self.close()
+        return False
+
+    def _flush_tls(self) -> None:
+        assert self.tls is not None
+        out = self.tls.take_output()
+        if out and self.transport is not None and not self.closed:
+            self.transport.write(out)
 
     # --- dispatch ------------------------------------------------------------------
     def _dispatch(self, cmd: RemotingCommand) -> None:
@@ -175,6 +229,10 @@ class Connection(asyncio.Protocol):
     def send(self, cmd: RemotingCommand) -> None:
         if self.closed or self.transport is None:
             return
+        if self.tls is not None:
+            self.tls.send(encode(cmd))
+            self._flush_tls()
+            return
         self.transport.write(encode(cmd))
 
     def send_request_oneway(self, code: int, ext_fields: dict[str, str], body: bytes = b"") -> None:
@@ -228,6 +286,7 @@ class BrokerServer:
         self.boot_ms = int(time.time() * 1000)
         self.grpc_addr = ""
         self.grpc: Any = None  # v5.endpoint.GrpcEndpoint once started
+        self.tls = ServerTls(config)  # a bad tls.* setting fails here, before the start
 
     # --- life cycle ----------------------------------------------------------------
     async def start(self) -> None:
@@ -247,6 +306,7 @@ class BrokerServer:
             transaction,
         )
 
+        self.tls.check()  # before anything listens: a certificate that does not load
         if self.config.aclEnable:  # before anything listens: a bad file must stop the start
             self.acl = load_acl(default_acl_path(self.config))
             log.info("ACL enabled: %d accounts from %s", len(self.acl.accounts), self.acl.path)

@@ -77,13 +77,13 @@ class ClientInstance:
             inst = cls._registry.get(key)
             if inst is None or inst._stopped:
                 inst = cls._registry[key] = ClientInstance(settings)
-            elif inst.settings.credentials() != settings.credentials():
-                # one client id, one set of credentials: the Java client would sign with
-                # the first one's hook, silently
+            elif inst.settings.security() != settings.security():
+                # one client id, one set of credentials and TLS settings: the Java client
+                # would use the first one's, silently
                 raise ValueError(
-                    f"client {inst.client_id} already runs in this process with ACL access "
-                    f"key {inst.settings.access_key!r}; give this one its own instance_name "
-                    "to use other credentials"
+                    f"client {inst.client_id} already runs in this process with other ACL "
+                    f"or TLS settings (access key {inst.settings.access_key!r}, TLS "
+                    f"{inst.settings.use_tls}); give this one its own instance_name"
                 )
             inst._refs += 1
             return inst
@@ -102,6 +102,7 @@ class ClientInstance:
             connect_timeout=settings.connect_timeout,
             on_request=self._on_request,
             sign=settings.signer(),
+            tls=settings.tls_context(),
         )
         self.routes: dict[str, TopicRoute] = {}
         self.brokers: dict[str, dict[int, str]] = {}

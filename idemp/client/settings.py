@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import socket
+import ssl
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
@@ -46,6 +47,10 @@ def local_ip() -> str:
     return "127.0.0.1"
 
 
+def _env_flag(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
+
+
 @dataclass
 class ClientSettings:
     """One per client instance (process): connections, routes, heartbeats."""
@@ -73,6 +78,16 @@ class ClientSettings:
         default_factory=lambda: os.environ.get("IDEMP_SECURITY_TOKEN", ""), repr=False
     )
 
+    # TLS to the nameserver and brokers (the Java client's useTLS, -Dtls.enable=true).
+    # Without a CA file any server certificate is taken, as RocketMQ's clients take one in
+    # their default test mode (tls.test.mode.enable); with one, the chain must lead to it
+    # (host names are not checked: brokers are reached by the addresses they advertise).
+    use_tls: bool = field(default_factory=lambda: _env_flag("IDEMP_USE_TLS"))
+    tls_ca_file: str = field(default_factory=lambda: os.environ.get("IDEMP_TLS_CA_FILE", ""))
+    # a client certificate, for servers with tls.server.need.client.auth=require
+    tls_cert_file: str = field(default_factory=lambda: os.environ.get("IDEMP_TLS_CERT_FILE", ""))
+    tls_key_file: str = field(default_factory=lambda: os.environ.get("IDEMP_TLS_KEY_FILE", ""))
+
     def __post_init__(self) -> None:
         if bool(self.access_key) != bool(self.secret_key):
             given, missing = (
@@ -92,8 +107,35 @@ class ClientSettings:
         ak, sk, token = self.access_key, self.secret_key, self.security_token or None
         return lambda cmd: sign(cmd, ak, sk, token)
 
-    def credentials(self) -> tuple[str, str, str]:
-        return (self.access_key, self.secret_key, self.security_token)
+    def tls_context(self) -> ssl.SSLContext | None:
+        """The client side of TLS; None without ``use_tls``. Files that do not load are
+        an error here, when a client starts."""
+        if not self.use_tls:
+            return None
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        ctx.check_hostname = False
+        try:
+            if self.tls_ca_file:
+                ctx.load_verify_locations(self.tls_ca_file)
+            else:
+                ctx.verify_mode = ssl.CERT_NONE
+            if self.tls_cert_file:
+                ctx.load_cert_chain(self.tls_cert_file, self.tls_key_file or None)
+        except (OSError, ssl.SSLError) as exc:
+            raise ValueError(f"TLS files of the client settings: {exc}") from None
+        return ctx
+
+    def security(self) -> tuple[object, ...]:
+        """What a client instance's connections are made with: ACL and TLS."""
+        return (
+            self.access_key,
+            self.secret_key,
+            self.security_token,
+            self.use_tls,
+            self.tls_ca_file,
+            self.tls_cert_file,
+            self.tls_key_file,
+        )
 
     def client_id(self) -> str:
         """``ip@pid`` plus ``#instance`` when named (like the Java client)."""

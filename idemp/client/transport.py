@@ -12,6 +12,7 @@ import asyncio
 import inspect
 import itertools
 import logging
+import ssl
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar, Union
 
@@ -140,8 +141,10 @@ class Transport:
         connect_timeout: float = 3.0,
         on_request: RequestHandler | None = None,
         sign: Callable[[RemotingCommand], None] | None = None,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
         self.language = language
+        self.tls = tls  # every connection over TLS (the Java client's useTLS)
         self.sign = sign  # ACL: adds AccessKey and Signature to every request sent
         self.version = version
         self.connect_timeout = connect_timeout
@@ -168,7 +171,9 @@ class Transport:
             host, _, port = addr.rpartition(":")
             try:
                 _, proto = await within(
-                    loop.create_connection(lambda: Connection(self, addr), host, int(port)),
+                    loop.create_connection(
+                        lambda: Connection(self, addr), host, int(port), ssl=self.tls
+                    ),
                     self.connect_timeout,
                 )
             except (OSError, asyncio.TimeoutError, ValueError) as exc:

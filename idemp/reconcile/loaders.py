@@ -553,7 +553,8 @@ async def _query_broker_offsets(
     from idemp.client.transport import ResponseError, Transport
     from idemp.remoting import RequestCode, ResponseCode
 
-    transport = Transport(sign=ClientSettings().signer())  # ACL: IDEMP_ACCESS_KEY …
+    settings = ClientSettings()  # ACL and TLS from the environment (IDEMP_ACCESS_KEY …)
+    transport = Transport(sign=settings.signer(), tls=settings.tls_context())
 
     async def call(code: int, ext: dict[str, str] | None = None) -> Any:
         return await transport.invoke(addr, transport.request(code, ext), timeout)

@@ -9,7 +9,8 @@ broker or to a RocketMQ broker:
     idemp admin update-topic --broker 127.0.0.1:10911 --topic Orders --type FIFO
     idemp admin update-sub-group --broker 127.0.0.1:10911 --group billing --fifo
 
-A broker with ACL on needs an admin account's IDEMP_ACCESS_KEY and IDEMP_SECRET_KEY.
+A broker with ACL on needs an admin account's IDEMP_ACCESS_KEY and IDEMP_SECRET_KEY;
+IDEMP_USE_TLS=true talks TLS.
 """
 
 from __future__ import annotations
@@ -55,7 +56,11 @@ def request(addr: str, cmd: RemotingCommand, timeout: float = 10.0) -> RemotingC
     """One request on a fresh connection, its response."""
     host, _, port = addr.rpartition(":")
     decoder = FrameDecoder()
-    with socket.create_connection((host, int(port)), timeout=timeout) as sock:
+    tls = ClientSettings().tls_context()  # IDEMP_USE_TLS, as every client of idemp's
+    with (
+        socket.create_connection((host, int(port)), timeout=timeout) as plain,
+        tls.wrap_socket(plain) if tls is not None else plain as sock,
+    ):
         sock.sendall(encode(cmd))
         while True:
             data = sock.recv(1 << 16)

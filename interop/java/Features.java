@@ -34,7 +34,7 @@ public class Features {
         ns = a[0]; run = a.length > 1 ? a[1] : Long.toString(System.currentTimeMillis() % 100000);
         String only = a.length > 2 ? a[2] : "";
         DefaultMQProducer p = producer("PF");
-        String[] feats = {"async", "oneway", "tags", "sql", "delay", "props", "compress", "pull", "lite", "liteassign", "broadcast", "retry", "query", "badqueue", "reply", "trace", "tx", "dlq", "batchprops", "delaymax", "readonly", "orderlysuspend", "createtopic", "nosuch", "pull64", "fromts", "namespace", "delaynext", "dlqdirect", "bigprops", "emptybody", "subtrace", "fromlast", "litecommit", "litetime", "orderlybc", "vip"};
+        String[] feats = {"async", "oneway", "tags", "sql", "delay", "props", "compress", "pull", "lite", "liteassign", "broadcast", "retry", "query", "badqueue", "reply", "trace", "tx", "dlq", "batchprops", "delaymax", "readonly", "orderlysuspend", "createtopic", "nosuch", "pull64", "fromts", "namespace", "delaynext", "dlqdirect", "bigprops", "emptybody", "subtrace", "fromlast", "litecommit", "litetime", "orderlybc", "vip", "tls"};
         for (String f : feats) {
             if (!only.isEmpty() && !Arrays.asList(only.split(",")).contains(f)) continue;
             try { feature(f, p); } catch (Throwable t) { out(f, "EXC " + err(t)); }
@@ -359,6 +359,17 @@ public class Features {
             Set<String> got = new ConcurrentSkipListSet<>();
             c.registerMessageListener((MessageListenerConcurrently) (ms, ctx) -> { for (MessageExt m : ms) got.add(new String(m.getBody())); return ConsumeConcurrentlyStatus.CONSUME_SUCCESS; });
             c.start(); waitFor(() -> got.size() >= 3, 20000); c.shutdown(); vp.shutdown(); out(f, sent + " " + got); break; }
+        case "tls": {
+            // useTLS (-Dtls.enable=true): every connection, the nameserver's too, over TLS; the
+            // client's test mode (its default) takes the server's self-signed certificate
+            DefaultMQProducer tp = new DefaultMQProducer("PF_tls" + run); tp.setNamesrvAddr(ns); tp.setInstanceName("tls" + run);
+            tp.setUseTLS(true); tp.start();
+            List<String> sent = new ArrayList<>();
+            for (int i = 0; i < 3; i++) sent.add(tp.send(new Message(topic, "a", ("t" + i).getBytes())).getSendStatus().toString());
+            DefaultMQPushConsumer c = push("CF_tls", topic, "*"); c.setUseTLS(true);
+            Set<String> got = new ConcurrentSkipListSet<>();
+            c.registerMessageListener((MessageListenerConcurrently) (ms, ctx) -> { for (MessageExt m : ms) got.add(new String(m.getBody())); return ConsumeConcurrentlyStatus.CONSUME_SUCCESS; });
+            c.start(); waitFor(() -> got.size() >= 3, 20000); c.shutdown(); tp.shutdown(); out(f, sent + " " + got); break; }
         case "tx": {
             TransactionMQProducer tp = new TransactionMQProducer("PF_tx" + run); tp.setNamesrvAddr(ns); tp.setInstanceName("PF_tx" + run);
             List<String> checks = Collections.synchronizedList(new ArrayList<>());

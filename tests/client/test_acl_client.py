@@ -212,7 +212,7 @@ def test_a_refused_consumer_fails_at_start(
 def test_one_client_id_has_one_set_of_credentials(acl_broker: BrokerProcess) -> None:
     first = Producer(settings=ProducerSettings(group="p1"), client=client(acl_broker)).start()
     try:
-        with pytest.raises(ValueError, match="already runs in this process with ACL access key"):
+        with pytest.raises(ValueError, match="already runs in this process with other ACL or TLS"):
             Producer(
                 settings=ProducerSettings(group="p2"), client=client(acl_broker, "operatorAK", "x")
             ).start()
