@@ -110,6 +110,8 @@ class ClientInstance:
         self.consumers: dict[str, ConsumerMember] = {}
         # requests waiting for their reply, by correlation id (loop thread only)
         self.replies: dict[str, asyncio.Future[Any]] = {}
+        # message trace dispatchers by trace topic (producer.tracer), flushed at stop
+        self.tracers: dict[str, Any] = {}
         self._refs = 0
         self._stopped = False
         self._tasks: list[asyncio.Task[None]] = []
@@ -142,6 +144,8 @@ class ClientInstance:
             self.loop_thread.stop()
 
     async def _stop(self) -> None:
+        for tracer in self.tracers.values():
+            await tracer.close()
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)

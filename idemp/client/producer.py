@@ -41,6 +41,7 @@ from .instance import ClientInstance
 from .route import MessageQueue
 from .settings import ClientSettings, ProducerSettings
 from .sharding import queue_index_for_key
+from .trace import DELAY, NORMAL, TRANSACTION_HALF, TraceDispatcher, pub_record, trace_keys
 from .transport import Connection, RemotingError, ResponseError
 
 log = logging.getLogger("idemp.client.producer")
@@ -125,6 +126,10 @@ class SendResult:
     queue_offset: int
     transaction_id: str | None = None
     transaction_state: TransactionState | None = None
+    # the broker's region and trace switch (MSG_REGION, TRACE_ON) and address: a trace's
+    region_id: str | None = None
+    trace_on: bool = True
+    broker_addr: str = ""
 
 
 LocalTransaction = Callable[[OutMessage, SendResult], TransactionState]
@@ -170,7 +175,10 @@ class AsyncProducer:
         queue: MessageQueue | None = None,
         sharding_key: str | None = None,
         transactional: bool = False,
+        trace: bool = True,
     ) -> SendResult:
+        """``trace``: False for the trace producer's own sends."""
+        began = time.time()
         props = msg.wire_properties()
         uniq = self.ids.next_id()
         props[Prop.UNIQ_KEY] = uniq
@@ -211,7 +219,35 @@ class AsyncProducer:
         )
         result = await self._send_with_retry(msg.topic, code, ext, body, fixed)
         result.msg_id = uniq
+        if trace and self.settings.enable_trace and result.region_id and result.trace_on:
+            kind = DELAY if msg.delay_level > 0 else NORMAL
+            self._trace(msg, props, result, began, TRANSACTION_HALF if transactional else kind)
         return result
+
+    def _trace(
+        self, msg: OutMessage, props: dict[str, str], result: SendResult, began: float, kind: int
+    ) -> None:
+        """SendMessageTraceHookImpl: a Pub record once the broker answered."""
+        keys = props.get(Prop.KEYS)
+        record = pub_record(
+            timestamp_ms=int(began * 1000),
+            region=result.region_id or "",
+            group=self.group,
+            topic=msg.topic,
+            msg_id=result.msg_id,
+            tags=msg.tags,
+            keys=keys,
+            store_host=result.broker_addr,
+            body_length=len(msg.body),
+            cost_ms=int((time.time() - began) * 1000),
+            msg_type=kind,
+            offset_msg_id=result.offset_msg_id,
+            success=result.status is SendStatus.SEND_OK,
+        )
+        if msg.topic != self.settings.trace_topic:
+            tracer(self.instance, self.settings.trace_topic).append(
+                record, trace_keys(result.msg_id, keys)
+            )
 
     async def request(self, msg: OutMessage, timeout: float) -> Any:
         """DefaultMQProducerImpl.request: send with a correlation id, this client's id
@@ -341,6 +377,9 @@ class AsyncProducer:
             queue=MessageQueue(mq.topic, mq.broker_name, int(f.get("queueId", mq.queue_id))),
             queue_offset=int(f.get("queueOffset", "-1")),
             transaction_id=f.get("transactionId") or None,
+            region_id=f.get(Prop.MSG_REGION),
+            trace_on=f.get(Prop.TRACE_ON) != "false",
+            broker_addr=addr,
         )
 
     # --- transactions ------------------------------------------------------------
@@ -495,3 +534,19 @@ class Producer:
 
     def __exit__(self, *exc: object) -> None:
         self.shutdown()
+
+
+def tracer(instance: ClientInstance, topic: str) -> TraceDispatcher:
+    """The instance's trace dispatcher for ``topic``, made at first use with a producer of
+    its own (group ``_INNER_TRACE_PRODUCER-<topic>``, messages up to 128,000 bytes)."""
+    found = instance.tracers.get(topic)
+    if found is None:
+        settings = ProducerSettings(group=f"_INNER_TRACE_PRODUCER-{topic}")
+        settings.max_message_size = 128_000
+        producer = AsyncProducer(settings, instance)
+
+        async def send(trace_topic: str, body: bytes, keys: list[str]) -> None:
+            await producer.send(OutMessage(trace_topic, body, keys=keys), trace=False)
+
+        found = instance.tracers[topic] = TraceDispatcher(topic, send, instance.settings.client_ip)
+    return found

@@ -154,6 +154,9 @@ class ProducerSettings:
     create_topic_key: str = "TBW102"
     # Transactional producers: seconds between unanswered half message checks is broker-side.
     check_thread_pool_size: int = 1
+    # the Java client's enableMsgTrace and customizedTraceTopic (trace.py)
+    enable_trace: bool = False
+    trace_topic: str = "RMQ_SYS_TRACE_TOPIC"
 
 
 @dataclass
@@ -186,6 +189,9 @@ class ConsumerSettings:
     # Offsets
     offset_store_dir: str | None = None  # broadcasting: default ~/.rocketmq_offsets
     commit_offset_each_batch: bool = False  # orderly: push the offset after every batch
+    # the Java client's enableMsgTrace and customizedTraceTopic (trace.py)
+    enable_trace: bool = False
+    trace_topic: str = "RMQ_SYS_TRACE_TOPIC"
 
     def effective_max_reconsume(self) -> int:
         return self.max_reconsume_times if self.max_reconsume_times >= 0 else 2**31 - 1
