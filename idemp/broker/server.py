@@ -81,7 +81,7 @@ class Connection(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         self.last_active = time.monotonic()
-        if self._first_bytes:
+        if self._first_bytes and data:
             self._first_bytes = False
             if not self._choose_tls(data[0] == HANDSHAKE_RECORD):
                 return
