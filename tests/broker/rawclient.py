@@ -14,6 +14,7 @@ import itertools
 import json
 import select
 import socket
+import ssl
 import struct
 import time
 from collections import Counter
@@ -51,7 +52,9 @@ class RawClient:
         timeout: float = DEFAULT_TIMEOUT,
         language: str = "JAVA",
         version: int = 409,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
+        """``tls``: the connection over TLS (the handshake done here)."""
         host, _, port = addr.rpartition(":")
         self.addr = addr
         self.timeout = timeout
@@ -59,6 +62,8 @@ class RawClient:
         self.version = version
         self.sock = socket.create_connection((host, int(port)), timeout=timeout)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if tls is not None:
+            self.sock = tls.wrap_socket(self.sock)
         self._buf = bytearray()
         self.responses: dict[int, RemotingCommand] = {}
         # Every response frame's header exactly as sent (JSON headers only), and how
@@ -116,8 +121,10 @@ class RawClient:
         remaining = deadline - time.monotonic()
         if remaining <= 0:
             return False
-        ready, _, _ = select.select([self.sock], [], [], remaining)
-        if not ready:
+        # TLS: a record already decrypted waits in the socket, not in the kernel
+        pending = isinstance(self.sock, ssl.SSLSocket) and self.sock.pending() > 0
+        ready, _, _ = select.select([self.sock], [], [], 0 if pending else remaining)
+        if not ready and not pending:
             return False
         try:
             data = self.sock.recv(1 << 20)

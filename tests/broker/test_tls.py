@@ -6,7 +6,6 @@ self-signed certificate, and plain ones on the same ports; the Java client with
 from __future__ import annotations
 
 import datetime
-import socket
 import ssl
 from collections.abc import Callable
 from pathlib import Path
@@ -18,9 +17,9 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from idemp.broker.process import BrokerProcess, BrokerStartError
-from idemp.remoting import FrameDecoder, RemotingCommand, RequestCode, ResponseCode, encode
+from idemp.remoting import RemotingCommand, RequestCode, ResponseCode
 
-from .rawclient import RawClient
+from .rawclient import ConnectionClosed, RawClient
 
 
 def _insecure() -> ssl.SSLContext:
@@ -30,46 +29,27 @@ def _insecure() -> ssl.SSLContext:
     return ctx
 
 
-def tls_request(
-    addr: str, cmd: RemotingCommand, ctx: ssl.SSLContext | None = None
-) -> tuple[RemotingCommand, bytes]:
-    """One request over TLS; its answer and the server's certificate (DER)."""
-    host, _, port = addr.rpartition(":")
-    with socket.create_connection((host, int(port)), timeout=5) as plain:
-        with (ctx or _insecure()).wrap_socket(plain) as sock:
-            cert = sock.getpeercert(binary_form=True)
-            assert cert is not None
-            sock.sendall(encode(cmd))
-            decoder = FrameDecoder()
-            while True:
-                data = sock.recv(65536)
-                assert data, "the broker closed the TLS connection without an answer"
-                for answer in decoder.feed(data):
-                    if answer.opaque == cmd.opaque:
-                        return answer, cert
-
-
-def route_request(topic: str = "NoSuchTopic") -> RemotingCommand:
-    return RemotingCommand(
-        code=RequestCode.GET_ROUTEINFO_BY_TOPIC, opaque=41, ext_fields={"topic": topic}
-    )
+def route_over_tls(addr: str, ctx: ssl.SSLContext | None = None) -> tuple[RemotingCommand, bytes]:
+    """A route request over TLS; its answer and the server's certificate (DER)."""
+    with RawClient(addr, tls=ctx or _insecure()) as c:
+        cert = c.sock.getpeercert(binary_form=True)  # type: ignore[attr-defined]
+        assert cert is not None
+        return c.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "NoSuchTopic"}), cert
 
 
 def closed_without_answer(addr: str, tls: bool) -> bool:
     """A request on a new connection that the broker closes unanswered."""
-    host, _, port = addr.rpartition(":")
-    with socket.create_connection((host, int(port)), timeout=5) as plain:
-        try:
-            sock = _insecure().wrap_socket(plain) if tls else plain
-            sock.sendall(encode(route_request()))
-            return sock.recv(65536) == b""
-        except (ssl.SSLError, ConnectionResetError):
-            return True
+    try:
+        with RawClient(addr, tls=_insecure() if tls else None) as c:
+            c.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "NoSuchTopic"})
+    except (ConnectionClosed, ssl.SSLError, ConnectionResetError):
+        return True
+    return False
 
 
 def test_tls_and_plain_clients_on_the_same_ports_by_default(broker: BrokerProcess) -> None:
     for addr in (broker.namesrv_addr, broker.broker_addr):
-        answer, der = tls_request(addr, route_request())
+        answer, der = route_over_tls(addr)
         expected = (
             ResponseCode.TOPIC_NOT_EXIST
             if addr == broker.namesrv_addr
@@ -87,62 +67,25 @@ def test_tls_and_plain_clients_on_the_same_ports_by_default(broker: BrokerProces
                 ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
             )
     # one certificate for the process, made at the first TLS client
-    assert tls_request(broker.broker_addr, route_request())[1] == der
+    assert route_over_tls(broker.broker_addr)[1] == der
     assert broker.log_path.read_text().count("made a self-signed certificate") == 1
 
 
 def test_a_message_larger_than_a_tls_record(broker: BrokerProcess) -> None:
     """A send of 1 MiB crosses many 16 KiB records each way: stored and read back whole."""
     body = bytes(range(256)) * 4096
-    send = RemotingCommand(
-        code=RequestCode.SEND_MESSAGE,
-        opaque=7,
-        ext_fields={
-            "producerGroup": "p",
-            "topic": "TlsBig",
-            "defaultTopic": "TBW102",
-            "defaultTopicQueueNums": "4",
-            "queueId": "0",
-            "sysFlag": "0",
-            "bornTimestamp": "1",
-            "flag": "0",
-            "properties": "",
-            "reconsumeTimes": "0",
-            "unitMode": "false",
-        },
-        body=body,
-    )
-    sent, _ = tls_request(broker.broker_addr, send)
-    assert sent.code == ResponseCode.SUCCESS, sent.remark
-    pull = RemotingCommand(
-        code=RequestCode.PULL_MESSAGE,
-        opaque=8,
-        ext_fields={
-            "consumerGroup": "g",
-            "topic": "TlsBig",
-            "queueId": "0",
-            "queueOffset": "0",
-            "maxMsgNums": "1",
-            "sysFlag": "4",  # the subscription comes with the pull (no heartbeat here)
-            "commitOffset": "0",
-            "suspendTimeoutMillis": "0",
-            "subscription": "*",
-            "expressionType": "TAG",
-            "subVersion": "0",
-        },
-    )
-    pulled, _ = tls_request(broker.broker_addr, pull)
-    assert pulled.code == ResponseCode.SUCCESS, pulled.remark
-    assert body in pulled.body
+    with RawClient(broker.broker_addr, tls=_insecure()) as c:
+        sent = c.send_message("TlsBig", body)
+        assert sent.code == ResponseCode.SUCCESS, sent.remark
+        (pulled,) = c.pull_messages("TlsBig")
+    assert pulled.body == body
 
 
 def test_enforcing_closes_plain_clients(make_broker: Callable[..., BrokerProcess]) -> None:
     broker = make_broker(**{"tls.server.mode": "enforcing"})
     assert closed_without_answer(broker.broker_addr, tls=False)
     assert closed_without_answer(broker.namesrv_addr, tls=False)
-    assert tls_request(broker.namesrv_addr, route_request())[0].code == (
-        ResponseCode.TOPIC_NOT_EXIST
-    )
+    assert route_over_tls(broker.namesrv_addr)[0].code == (ResponseCode.TOPIC_NOT_EXIST)
     assert "a plain client, and tls.server.mode is enforcing: closed" in broker.log_path.read_text()
 
 
@@ -197,7 +140,7 @@ def test_a_certificate_from_files(
     )
     verified = ssl.create_default_context(cafile=str(cert))
     verified.check_hostname = False
-    answer, der = tls_request(broker.namesrv_addr, route_request(), verified)
+    answer, der = route_over_tls(broker.namesrv_addr, verified)
     assert answer.code == ResponseCode.TOPIC_NOT_EXIST
     assert der == x509.load_pem_x509_certificate(cert.read_bytes()).public_bytes(
         serialization.Encoding.DER

@@ -53,29 +53,9 @@ def traces_of(
 
 def all_records(broker: BrokerProcess, topic: str = "RMQ_SYS_TRACE_TOPIC") -> list[list[str]]:
     """Every record of every trace message, pulled queue by queue."""
-    records = []
     with RawClient(broker.broker_addr) as c:
-        for queue in range(8):
-            resp = c.request(
-                RequestCode.PULL_MESSAGE,
-                {
-                    "consumerGroup": "trace-reader",
-                    "topic": topic,
-                    "queueId": str(queue),
-                    "queueOffset": "0",
-                    "maxMsgNums": "64",
-                    "sysFlag": "4",
-                    "commitOffset": "0",
-                    "suspendTimeoutMillis": "0",
-                    "subscription": "*",
-                    "expressionType": "TAG",
-                    "subVersion": "0",
-                },
-            )
-            if resp.code == ResponseCode.SUCCESS:
-                for message in decode_messages(resp.body):
-                    records += [r.split("\x01") for r in message.body.decode().split("\x02") if r]
-    return records
+        messages = [m for queue in range(8) for m in c.pull_messages(topic, queue)]
+    return [r.split("\x01") for m in messages for r in m.body.decode().split("\x02") if r]
 
 
 def test_a_send_and_its_consumption_are_traced(
