@@ -233,7 +233,9 @@ class App:
             )
             spec.runner.subscribe(*_subscription(spec))
             return
-        consumer = ConsumerSettings(group=spec.group, consume_from=spec.consume_from)
+        consumer = ConsumerSettings(
+            group=spec.group, consume_from=spec.consume_from, enable_trace=self.settings.trace
+        )
         if spec.threads is not None:
             consumer.consume_thread_count = spec.threads
         consumer.consume_batch_size = spec.batch_size
@@ -257,6 +259,8 @@ class App:
             access_key=s.access_key,
             secret_key=s.secret_key,
             security_token=s.security_token,
+            use_tls=s.use_tls,
+            tls_ca_file=s.tls_ca_file,
         )
 
     def _grpc_endpoint(self) -> str:

@@ -64,7 +64,8 @@ class IdempSettings(BaseSettings):
     ``strategy`` (default: from the URL's scheme), ``deadline_s`` (60: how long a claim
     holds before another consumer may take it over), ``retention_s`` (7 days),
     ``transactional``, ``table``, ``key_prefix``, ``lock_timeout_s``, ``namesrv``,
-    ``endpoint``, the ACL account (``access_key``, ``secret_key``); ``listeners``
+    ``endpoint``, the ACL account (``access_key``, ``secret_key``), ``use_tls``,
+    ``tls_ca_file``, ``trace`` (message traces); ``listeners``
     overrides any of them per listener name (``IDEMP_LISTENERS__orders__BACKEND=...``).
     ``strategy_for(name)`` builds the strategy a listener should use.
     """
@@ -88,6 +89,10 @@ class IdempSettings(BaseSettings):
     access_key: str = ""
     secret_key: str = Field(default="", repr=False)
     security_token: str = Field(default="", repr=False)
+    # TLS to the nameserver and brokers, and message traces of an App's listeners
+    use_tls: bool = False
+    tls_ca_file: str = ""
+    trace: bool = False
 
     toml_path: ClassVar[Path | None] = None  # set by from_toml on a throw-away subclass
 

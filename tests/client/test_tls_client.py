@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from idemp import App
 from idemp.broker.process import BrokerProcess
 from idemp.client import (
     ClientSettings,
@@ -117,3 +118,36 @@ def test_tls_from_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Pat
     missing = tmp_path / "missing.pem"
     with pytest.raises(ValueError, match="TLS files of the client settings"):
         ClientSettings(namesrv_addr="x:1", use_tls=True, tls_ca_file=str(missing)).tls_context()
+
+
+def test_an_app_over_tls_by_its_settings(
+    make_broker: Callable[..., BrokerProcess], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """``IDEMP_USE_TLS=true`` (or ``use_tls`` in the settings file): an App's listeners and
+    idemp's tools talk TLS to a broker that takes nothing else."""
+    broker = make_broker(**{"tls.server.mode": "enforcing"})
+    monkeypatch.setenv("IDEMP_USE_TLS", "true")
+    producer = Producer(broker.namesrv_addr, "tls-app-p").start()
+    try:
+        for key in ("a1", "a2", "a2"):
+            producer.send(OutMessage("TlsOrders", key.encode(), keys=[key]))
+    finally:
+        producer.shutdown()
+    applied: list[str] = []
+    app = App("tls-app", namesrv_addr=broker.namesrv_addr)
+
+    @app.listener(
+        "TlsOrders",
+        group="tls-app",
+        strategy=f"sqlite:///{tmp_path / 'dedup.db'}",
+        consume_from=ConsumeFrom.FIRST_OFFSET,
+    )
+    def on_order(message: Message) -> None:
+        applied.append(message.keys[0])
+
+    app.start()
+    try:
+        wait_for(lambda: sorted(applied) == ["a1", "a2"], 30, "a1 and a2 applied once each")
+    finally:
+        app.stop()
+    assert sorted(applied) == ["a1", "a2"]

@@ -7,7 +7,11 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from pathlib import Path
 
+import pytest
+
+from idemp import App
 from idemp.broker.process import BrokerProcess
 from idemp.client import (
     ClientSettings,
@@ -159,3 +163,35 @@ def _complete(broker: BrokerProcess, msg_id: str) -> list[list[str]] | None:
         "SubAfter": lambda r: int(r[7]),
     }
     return sorted(records, key=lambda r: (when[r[0]](r), r[0] != "SubBefore"))
+
+
+def test_an_apps_listeners_are_traced_by_its_settings(
+    make_broker: Callable[..., BrokerProcess], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    broker = make_broker()
+    producer = Producer(broker.namesrv_addr, "app-p").start()
+    try:
+        sent = producer.send(OutMessage("AppTraced", b"x", keys=["t1"]))
+    finally:
+        producer.shutdown()
+    monkeypatch.setenv("IDEMP_TRACE", "true")
+    applied: list[str] = []
+    app = App("traced-app", namesrv_addr=broker.namesrv_addr)
+
+    @app.listener(
+        "AppTraced",
+        group="traced-app",
+        strategy=f"sqlite:///{tmp_path / 'dedup.db'}",
+        consume_from=ConsumeFrom.FIRST_OFFSET,
+    )
+    def on_message(message: Message) -> None:
+        applied.append(message.keys[0])
+
+    app.start()
+    try:
+        wait_for(lambda: applied == ["t1"], 30, "t1 applied")
+    finally:
+        app.stop()  # flushes the traces
+    records = traces_of(broker, sent.msg_id)
+    kinds = sorted((r[0], r[3] if r[0] == "SubBefore" else r[-1]) for r in records)
+    assert kinds == [("SubAfter", "traced-app"), ("SubBefore", "traced-app")]
