@@ -116,30 +116,25 @@ class Connection(asyncio.Protocol):
     def _choose_tls(self, hello: bool) -> bool:
         """RocketMQ's HandshakeHandler: False when the connection is closed instead."""
         mode = self.server.tls.mode
-        if hello and mode == "disabled":
+        if mode == ("disabled" if hello else "enforcing"):
+            kind = "TLS" if hello else "plain"
             log.warning(
-                "%s %s: a TLS client, and tls.server.mode is disabled: closed",
+                "%s %s: a %s client, and tls.server.mode is %s: closed",
                 self.role,
                 self.peer,
+                kind,
+                mode,
             )
-        elif not hello and mode == "enforcing":
-            log.warning(
-                "%s %s: a plain client, and tls.server.mode is enforcing: closed",
-                self.role,
-                self.peer,
-            )
-        elif hello:
+            self.close()
+            return False
+        if hello:
             try:
                 self.tls = self.server.tls.session()
             except Exception:  # RocketMQ: "sslContext is null" closes the connection
                 log.exception("%s %s: no TLS context: closed", self.role, self.peer)
                 self.close()
                 return False
-            return True
-        else:
-            return True
-        self.close()
-        return False
+        return True
 
     def _flush_tls(self) -> None:
         assert self.tls is not None
