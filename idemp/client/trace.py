@@ -179,5 +179,45 @@ class TraceDispatcher:
             log.warning("trace of %d bytes to %s not sent: %s", len(body), self.topic, exc)
 
 
+class DeliveryTrace:
+    """ConsumeMessageTraceHookImpl for one delivered batch: its SubBefore records when
+    made, a SubAfter per message the listener answered (``done``)."""
+
+    def __init__(self, dispatcher: TraceDispatcher, group: str, msgs: list[MessageExt]) -> None:
+        self.dispatcher = dispatcher
+        self.group = group
+        self.msgs = msgs
+        self.shown = [m for m in msgs if traced(m)]
+        self.request_id = dispatcher.request_id()
+        self.began = now_ms()
+        if self.shown:
+            region = _text(self.shown[-1].properties.get(Prop.MSG_REGION))
+            keys = [k for m in self.shown for k in _keys_of(m)]
+            record = sub_before_records(self.began, region, group, self.request_id, self.shown)
+            dispatcher.append(record, keys)
+
+    def done(self, successes: list[bool]) -> None:
+        """``successes``: one per message tried, in order (fewer when some were not)."""
+        if not self.shown:
+            return
+        ended = now_ms()
+        cost = (ended - self.began) // len(self.msgs)
+        for msg, success in zip(self.msgs, successes):
+            if traced(msg):
+                record = sub_after_record(
+                    request_id=self.request_id,
+                    msg=msg,
+                    cost_ms=cost,
+                    success=success,
+                    timestamp_ms=ended,
+                    group=self.group,
+                )
+                self.dispatcher.append(record, _keys_of(msg))
+
+
+def _keys_of(msg: MessageExt) -> list[str]:
+    return trace_keys(msg.msg_id, msg.properties.get(Prop.KEYS))
+
+
 def now_ms() -> int:
     return int(time.time() * 1000)

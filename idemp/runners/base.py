@@ -14,15 +14,9 @@ from idemp.client.processqueue import ProcessQueue
 from idemp.client.producer import tracer
 from idemp.client.route import MessageQueue
 from idemp.client.settings import ClientSettings, ConsumerSettings
-from idemp.client.trace import (
-    now_ms,
-    sub_after_record,
-    sub_before_records,
-    trace_keys,
-    traced,
-)
+from idemp.client.trace import DeliveryTrace
 from idemp.message import ConsumeResult, Message, consume_result_of
-from idemp.remoting import MessageExt, Prop
+from idemp.remoting import MessageExt
 
 log = logging.getLogger("idemp.runners")
 
@@ -159,31 +153,11 @@ class RunnerBase:
         the committed offset)."""
         if not self.settings.enable_trace:
             return await self._call_listener(exts, mq, stop_on_failure)
-        shown = [e for e in exts if traced(e)]
-        if not shown:
-            return await self._call_listener(exts, mq, stop_on_failure)
-        # ConsumeMessageTraceHookImpl: SubBefore for the batch, SubAfter per message tried
         inst = self.consumer.instance
         assert inst is not None
-        dispatcher = tracer(inst, self.settings.trace_topic)
-        group, request_id, began = self.settings.group, dispatcher.request_id(), now_ms()
-        region = shown[-1].properties.get(Prop.MSG_REGION) or "null"
-        keys = [k for e in shown for k in trace_keys(e.msg_id, e.properties.get(Prop.KEYS))]
-        dispatcher.append(sub_before_records(began, region, group, request_id, shown), keys)
+        trace = DeliveryTrace(tracer(inst, self.settings.trace_topic), self.settings.group, exts)
         results = await self._call_listener(exts, mq, stop_on_failure)
-        ended = now_ms()
-        cost = (ended - began) // len(exts)
-        for ext, result in zip(exts, results):
-            if traced(ext):
-                record = sub_after_record(
-                    request_id=request_id,
-                    msg=ext,
-                    cost_ms=cost,
-                    success=result is ConsumeResult.SUCCESS,
-                    timestamp_ms=ended,
-                    group=group,
-                )
-                dispatcher.append(record, trace_keys(ext.msg_id, ext.properties.get(Prop.KEYS)))
+        trace.done([r is ConsumeResult.SUCCESS for r in results])
         return results
 
     async def _call_listener(
