@@ -53,10 +53,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def request(addr: str, cmd: RemotingCommand, timeout: float = 10.0) -> RemotingCommand:
-    """One request on a fresh connection, its response."""
+    """One request on a fresh connection, its response. Signed and over TLS as the
+    environment says (IDEMP_ACCESS_KEY/IDEMP_SECRET_KEY, an admin account; IDEMP_USE_TLS),
+    as every client of idemp's."""
     host, _, port = addr.rpartition(":")
     decoder = FrameDecoder()
-    tls = ClientSettings().tls_context()  # IDEMP_USE_TLS, as every client of idemp's
+    settings = ClientSettings()
+    sign, tls = settings.signer(), settings.tls_context()
+    if sign is not None:
+        sign(cmd)
     with (
         socket.create_connection((host, int(port)), timeout=timeout) as plain,
         tls.wrap_socket(plain) if tls is not None else plain as sock,
@@ -94,11 +99,7 @@ def update_sub_group(addr: str, group: str, fifo: bool = False, retry_max: int =
 
 
 def _command(code: int, ext: dict[str, str], body: bytes = b"") -> RemotingCommand:
-    cmd = RemotingCommand(code=code, opaque=next(_opaques), ext_fields=ext, body=body)
-    sign = ClientSettings().signer()  # IDEMP_ACCESS_KEY/IDEMP_SECRET_KEY: an admin account
-    if sign is not None:
-        sign(cmd)
-    return cmd
+    return RemotingCommand(code=code, opaque=next(_opaques), ext_fields=ext, body=body)
 
 
 def _check(answer: RemotingCommand, what: str) -> None:
