@@ -219,7 +219,13 @@ class AsyncProducer:
         )
         result = await self._send_with_retry(msg.topic, code, ext, body, fixed)
         result.msg_id = uniq
-        if trace and self.settings.enable_trace and result.region_id and result.trace_on:
+        if (
+            trace
+            and self.settings.enable_trace
+            and msg.topic != self.settings.trace_topic
+            and result.region_id
+            and result.trace_on
+        ):
             kind = DELAY if msg.delay_level > 0 else NORMAL
             self._trace(msg, props, result, began, TRANSACTION_HALF if transactional else kind)
         return result
@@ -244,10 +250,9 @@ class AsyncProducer:
             offset_msg_id=result.offset_msg_id,
             success=result.status is SendStatus.SEND_OK,
         )
-        if msg.topic != self.settings.trace_topic:
-            tracer(self.instance, self.settings.trace_topic).append(
-                record, trace_keys(result.msg_id, keys)
-            )
+        tracer(self.instance, self.settings.trace_topic).append(
+            record, trace_keys(result.msg_id, keys)
+        )
 
     async def request(self, msg: OutMessage, timeout: float) -> Any:
         """DefaultMQProducerImpl.request: send with a correlation id, this client's id
