@@ -20,14 +20,12 @@ from typing import Any
 import grpc
 from google.protobuf.message import DecodeError
 
-from idemp.broker.v5.schema import SERVICE
-
 TOPIC, FIFO_TOPIC, GROUP, FIFO_GROUP = "FuzzT", "FuzzF", "FuzzG", "FuzzGF"
 DELAY_TOPIC = "FuzzD"
 
 
 class _Context:
-    """What the service reads of a grpc.aio context."""
+    """What the service reads of a call (the endpoint's ``_Call``)."""
 
     def __init__(self, client_id: str) -> None:
         self.meta = (("x-mq-client-id", client_id),) if client_id else ()
@@ -43,18 +41,10 @@ class _Context:
         return "ipv4:127.0.0.1:40000"
 
     async def abort(self, code: Any, details: str = "", trailing_metadata: Any = ()) -> None:
-        """As grpc.aio's: the call ends with this status (the proxy ends a Telemetry
-        stream so for settings it refuses)."""
+        """The call ends with this status (the proxy ends a Telemetry stream so for
+        settings it refuses)."""
         self.aborted = (code, details)
         raise grpc.aio.AbortError()
-
-
-class _Details:
-    """grpc.HandlerCallDetails: which method, with what metadata."""
-
-    def __init__(self, method: str, metadata: Any) -> None:
-        self.method = method
-        self.invocation_metadata = metadata
 
 
 class _Errors(logging.Handler):
@@ -219,7 +209,7 @@ class GrpcHarness:
         store.topics.put(TopicConfig(FIFO_TOPIC, 2, 2, attributes={"message.type": "FIFO"}))
         store.topics.put(TopicConfig(DELAY_TOPIC, 2, 2, attributes={"message.type": "DELAY"}))
         store.groups.put(SubscriptionGroupConfig(FIFO_GROUP, consumeMessageOrderly=True))
-        self.handler = self.server.grpc.service.handler()
+        self.rpcs = self.server.grpc.service.rpcs()
         self.methods = methods()
         self.errors = _Errors()
         logging.getLogger("idemp.broker").addHandler(self.errors)
@@ -228,26 +218,24 @@ class GrpcHarness:
     def __call__(self, data: bytes) -> None:
         if not data:
             return
-        name, request_class, streaming = self.methods[data[0] % len(self.methods)]
+        name, request_class, _ = self.methods[data[0] % len(self.methods)]
         try:
             request = request_class.FromString(data[1:])
         except DecodeError:
             return  # gRPC answers UNKNOWN before the service is called
         context = _Context("" if len(data) > 1 and data[1] == 0xFF else "fuzz-client")
-        details = _Details(f"/{SERVICE}/{name}", context.meta)
-        method = self.handler.service(details)  # what grpc would call, guard included
-        assert method is not None, name
+        rpc = self.rpcs[name]  # what the endpoint calls, guard included
 
         async def call() -> list[Any]:
-            if name == "Telemetry":
+            if rpc.kind == "bidi":
 
                 async def commands() -> AsyncIterator[Any]:
                     yield request
 
-                return [r async for r in method.stream_stream(commands(), context)]
-            if streaming:
-                return [r async for r in method.unary_stream(request, context)]
-            return [await method.unary_unary(request, context)]
+                return [r async for r in rpc.fn(commands(), context)]
+            if rpc.kind == "server_stream":
+                return [r async for r in rpc.fn(request, context)]
+            return [await rpc.fn(request, context)]
 
         try:
             responses = self.loop.run_until_complete(asyncio.wait_for(call(), 10))

@@ -21,6 +21,8 @@ from idemp.broker.process import BrokerProcess
 from tests.broker.conftest import make_broker  # noqa: F401 - the fixture, shared
 from tests.broker.rawclient import RawClient
 
+from .raw import Raw
+
 ROOT = Path(__file__).resolve().parents[2]
 CHILD = Path(__file__).with_name("child5.py")
 MARK = "@@v5 "
@@ -166,6 +168,14 @@ def dead_letters(broker_addr: str, group: str, want: int, within: float) -> list
             if len(found) < want:
                 time.sleep(0.5)  # polled, bounded by ``within``
     return found
+
+
+@pytest.fixture
+def raw(broker5: Endpoint5) -> Iterator[Raw]:
+    """Raw gRPC calls (requests no official client would send)."""
+    client = Raw(broker5.grpc_addr)
+    yield client
+    client.close()
 
 
 @pytest.fixture

@@ -5,7 +5,7 @@ runs this file against it)."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from contextlib import closing
 from typing import Any
 
@@ -19,13 +19,6 @@ from tests.broker.rawclient import RawClient
 
 from .conftest import Endpoint5
 from .raw import Raw, resource
-
-
-@pytest.fixture
-def raw(broker5: Endpoint5) -> Iterator[Raw]:
-    client = Raw(broker5.grpc_addr)
-    yield client
-    client.close()
 
 
 def _message(topic: str, body: bytes = b"x", **sysp: object) -> object:
@@ -425,12 +418,19 @@ def test_malformed_protobuf_and_unimplemented_rpcs(raw: Raw, broker5: Endpoint5)
     with pytest.raises(grpc.RpcError) as bad:
         raw.unary("QueryRoute", b"\xff\xff\xff\xff", pb.QueryRouteResponse)
     assert bad.value.code() == grpc.StatusCode.UNKNOWN
-    with pytest.raises(grpc.RpcError) as missing:
-        raw.unary("PullMessage", b"", pb.QueryRouteResponse)
-    assert missing.value.code() == grpc.StatusCode.UNIMPLEMENTED
+    for unserved in ("PullMessage", "UpdateOffset", "GetOffset", "QueryOffset"):
+        with pytest.raises(grpc.RpcError) as missing:
+            raw.unary(unserved, b"", pb.QueryRouteResponse)
+        assert (missing.value.code(), missing.value.details()) == (
+            grpc.StatusCode.UNIMPLEMENTED,
+            f"Method apache.rocketmq.v2.MessagingService/{unserved} is unimplemented",
+        )
     with pytest.raises(grpc.RpcError) as nothing:
         raw.unary("NoSuchMethod", b"", pb.QueryRouteResponse)
-    assert nothing.value.code() == grpc.StatusCode.UNIMPLEMENTED
+    assert (nothing.value.code(), nothing.value.details()) == (
+        grpc.StatusCode.UNIMPLEMENTED,
+        "Method not found: apache.rocketmq.v2.MessagingService/NoSuchMethod",
+    )
     # and the server still answers
     answer = raw.unary(
         "QueryRoute", pb.QueryRouteRequest(topic=resource("NoSuchTopic_v5")), pb.QueryRouteResponse

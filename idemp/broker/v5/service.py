@@ -13,7 +13,7 @@ import asyncio
 import logging
 import random
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -32,7 +32,7 @@ from ..transaction import STORE_REFUSED
 from .convert import SYSTEM_KEYS, message_type_of, timestamp, to_proto, to_stored
 from .pop import HandleError, MalformedHandle, PopService, Receipt
 from .recall import RECALL_TAG, build_handle, parse_handle, refusal
-from .schema import SERVICE, Code, pb, status
+from .schema import Code, pb, status
 
 if TYPE_CHECKING:
     from ..context import Broker
@@ -67,6 +67,19 @@ class RequestError(Exception):
         super().__init__(message)
         self.code = code
         self.message = message
+
+
+@dataclass(frozen=True)
+class Rpc:
+    """One RPC: how it streams ("unary", "server_stream", "bidi"), the coroutine (or
+    async generator) that serves it with ``(request or requests, call)``, and its
+    message types. The call offers what grpc.aio's context does and the service reads:
+    ``invocation_metadata()``, ``time_remaining()``, ``peer()``, ``abort(code, details)``."""
+
+    kind: str
+    fn: Callable[..., Any]
+    request: Any
+    response: Any
 
 
 @dataclass
@@ -158,34 +171,31 @@ class MessagingService:
         return False
 
     # --- plumbing ---------------------------------------------------------------------
-    def handler(self) -> grpc.GenericRpcHandler:
-        def unary(fn: Any, req: Any) -> grpc.RpcMethodHandler:
-            return grpc.unary_unary_rpc_method_handler(
-                _guarded(fn, getattr(pb, req.DESCRIPTOR.name.replace("Request", "Response"))),
-                request_deserializer=req.FromString,
-                response_serializer=_serialize,
-            )
+    def rpcs(self) -> dict[str, Rpc]:
+        """The RPCs served, by name; the endpoint puts them on the wire. Any other method
+        of the service gets the protocol's UNIMPLEMENTED."""
 
-        methods = {
+        def unary(fn: Any, req: Any) -> Rpc:
+            resp = getattr(pb, req.DESCRIPTOR.name.replace("Request", "Response"))
+            return Rpc("unary", _guarded(fn, resp), req, resp)
+
+        return {
             "QueryRoute": unary(self.query_route, pb.QueryRouteRequest),
             "Heartbeat": unary(self.heartbeat, pb.HeartbeatRequest),
             "SendMessage": unary(self.send_message, pb.SendMessageRequest),
             "QueryAssignment": unary(self.query_assignment, pb.QueryAssignmentRequest),
-            "ReceiveMessage": grpc.unary_stream_rpc_method_handler(
+            "ReceiveMessage": Rpc(
+                "server_stream",
                 self.receive_message,
-                request_deserializer=pb.ReceiveMessageRequest.FromString,
-                response_serializer=_serialize,
+                pb.ReceiveMessageRequest,
+                pb.ReceiveMessageResponse,
             ),
             "AckMessage": unary(self.ack_message, pb.AckMessageRequest),
             "ForwardMessageToDeadLetterQueue": unary(
                 self.forward_to_dlq, pb.ForwardMessageToDeadLetterQueueRequest
             ),
             "EndTransaction": unary(self.end_transaction, pb.EndTransactionRequest),
-            "Telemetry": grpc.stream_stream_rpc_method_handler(
-                self.telemetry,
-                request_deserializer=pb.TelemetryCommand.FromString,
-                response_serializer=_serialize,
-            ),
+            "Telemetry": Rpc("bidi", self.telemetry, pb.TelemetryCommand, pb.TelemetryCommand),
             "NotifyClientTermination": unary(
                 self.notify_termination, pb.NotifyClientTerminationRequest
             ),
@@ -194,7 +204,6 @@ class MessagingService:
             ),
             "RecallMessage": unary(self.recall_message, pb.RecallMessageRequest),
         }
-        return grpc.method_handlers_generic_handler(SERVICE, methods)
 
     def _client(self, context: Any) -> ClientState:
         meta = dict(context.invocation_metadata() or ())
@@ -876,10 +885,6 @@ def _handle_code(exc: HandleError) -> int:
     if isinstance(exc, MalformedHandle):
         return int(Code.INTERNAL_SERVER_ERROR)
     return int(Code.INVALID_RECEIPT_HANDLE)
-
-
-def _serialize(message: Any) -> bytes:
-    return bytes(message.SerializeToString())
 
 
 def _peer(context: Any) -> tuple[str, int]:
