@@ -132,13 +132,13 @@ demo: $(STAMP)
 bench: $(STAMP) $(V5_STAMP)
 	$(BIN)/python -m benchmarks
 
-# FUZZ_SECONDS per target (3 targets: 15 minutes by default). The corpus grows in
+# FUZZ_SECONDS per target (4 targets: 20 minutes by default). The corpus grows in
 # .cache/fuzz (seeded from fuzz/corpus); a crash is written to .cache/fuzz/crash-*
 # and fails the run: add it to fuzz/regressions/<target>/ with the fix.
 FUZZ_SECONDS ?= 300
 fuzz: $(STAMP)
 	$(BIN)/python -m fuzz.make_corpus
-	for t in codec dispatch grpc5; do \
+	for t in codec dispatch grpc5 http2; do \
 	  mkdir -p .cache/fuzz/$$t; cp fuzz/corpus/$$t/* .cache/fuzz/$$t/; \
 	  $(BIN)/python -m fuzz.run --replay $$t fuzz/regressions/$$t; \
 	  $(BIN)/python -m fuzz.run $$t -max_total_time=$(FUZZ_SECONDS) -max_len=4096 \

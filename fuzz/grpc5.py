@@ -247,11 +247,15 @@ class GrpcHarness:
             responses = []
         for response in responses:
             response.SerializeToString()
+        self.raise_errors(name)
+
+    def raise_errors(self, what: str) -> None:
+        """A logged ERROR or a call of asyncio's exception handler is a bug."""
         if self.errors.records:
             rec = self.errors.records[:]
             self.errors.records.clear()
             raise AssertionError(
-                f"{name}: the service logged an error: {rec[0].getMessage()}"
+                f"{what}: the service logged an error: {rec[0].getMessage()}"
             ) from (rec[0].exc_info[1] if rec[0].exc_info else None)
         if self.loop_errors:
             ctx = self.loop_errors[:]
@@ -262,8 +266,13 @@ class GrpcHarness:
 _harness: GrpcHarness | None = None
 
 
-def grpc5(data: bytes) -> None:
+def shared_harness() -> GrpcHarness:
+    """One broker per process, for this target and fuzz/http2.py's."""
     global _harness
     if _harness is None:
         _harness = GrpcHarness()
-    _harness(data)
+    return _harness
+
+
+def grpc5(data: bytes) -> None:
+    shared_harness()(data)

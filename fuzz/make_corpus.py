@@ -38,6 +38,10 @@ def main() -> None:
 
     for request in seed_requests():
         _put(HERE / "corpus/grpc5", request)
+    from fuzz.http2 import seed_streams
+
+    for stream in seed_streams():
+        _put(HERE / "corpus/http2", stream)
 
 
 if __name__ == "__main__":

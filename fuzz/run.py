@@ -3,6 +3,7 @@
     python -m fuzz.run codec    [libFuzzer flags, e.g. -max_total_time=300] [corpus dirs]
     python -m fuzz.run dispatch [...]
     python -m fuzz.run grpc5 [...]
+    python -m fuzz.run http2 [...]
     python -m fuzz.run --replay codec fuzz/corpus/codec   # run inputs once, no atheris
 
 libFuzzer writes a crash as ``crash-<sha1>`` (see ``-artifact_prefix=``).
@@ -47,6 +48,9 @@ def main(argv: list[str]) -> int:
         import idemp.broker.server  # noqa: F401
         import idemp.broker.transaction  # noqa: F401
         import idemp.broker.v5.convert  # noqa: F401
+        import idemp.broker.v5.endpoint  # noqa: F401
+        import idemp.broker.v5.headerblock  # noqa: F401
+        import idemp.broker.v5.http2  # noqa: F401
         import idemp.broker.v5.pop  # noqa: F401
         import idemp.broker.v5.service  # noqa: F401
         from fuzz.targets import TARGETS

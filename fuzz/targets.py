@@ -417,4 +417,10 @@ def grpc5(data: bytes) -> None:
     target(data)
 
 
-TARGETS = {"codec": codec, "dispatch": dispatch, "grpc5": grpc5}
+def http2(data: bytes) -> None:
+    from fuzz.http2 import http2 as target
+
+    target(data)
+
+
+TARGETS = {"codec": codec, "dispatch": dispatch, "grpc5": grpc5, "http2": http2}

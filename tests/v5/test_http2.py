@@ -305,3 +305,31 @@ def test_a_broken_rule_ends_the_connection_with_a_goaway(
     assert struct.unpack(">II", payload[:8]) == (0, code) and reason.encode() in payload
     conn.receive(frame(http2.PING, 0, 0, b"x" * 8))  # nothing more is read or answered
     assert conn.data_to_send() == b""
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        [("", "x"), (":method", "POST"), (":path", "/p")],  # the fuzzer's first find
+        [(":method", "POST"), (":path", "/p"), ("X-Upper", "1")],
+        [(":method", "POST"), ("a", "1"), (":path", "/p")],
+        [(":method", "POST"), (":path", "/p"), (":status", "200")],
+        [(":method", "POST"), (":path", "/p"), ("connection", "close")],
+        [(":method", "POST"), (":path", "/p"), ("te", "gzip")],
+        [(":method", "POST")],
+    ],
+)
+def test_a_malformed_request_resets_its_stream_and_the_connection_goes_on(
+    headers: list[tuple[str, str]],
+) -> None:
+    conn, events = opened()
+    encoder = hpack.Encoder()
+    block = encoder.encode(headers)
+    conn.receive(frame(http2.HEADERS, http2.END_HEADERS | http2.END_STREAM, 1, block))
+    assert frames(conn.data_to_send()) == [
+        (http2.RST_STREAM, 0, 1, struct.pack(">I", http2.PROTOCOL_ERROR))
+    ]
+    assert events.seen == []
+    good = encoder.encode(REQUEST)  # the header table still agrees with the encoder's
+    conn.receive(frame(http2.HEADERS, http2.END_HEADERS | http2.END_STREAM, 3, good))
+    assert events.seen == [("request", 3, REQUEST[0][1], True)]

@@ -309,6 +309,9 @@ class ServerConnection:
                 return
             self._fail(PROTOCOL_ERROR, f"stream {stream_id} cannot be opened by a client")
         self.last_stream = stream_id
+        if _malformed(headers):  # RFC 9113 §8.1.1: a stream error, the connection goes on
+            self._frame(RST_STREAM, 0, stream_id, _FRAME.pack(PROTOCOL_ERROR))
+            return
         self.streams[stream_id] = _Stream(self._initial, remote_open=not ended)
         self.events.request(stream_id, headers, ended)
 
@@ -396,6 +399,32 @@ class ServerConnection:
         for stream_id, stream in list(self.streams.items()):
             if stream.held and self._window > 0:
                 self._release(stream_id, stream)
+
+
+_PSEUDO = frozenset((":method", ":scheme", ":authority", ":path"))
+_CONNECTION_SPECIFIC = frozenset(
+    ("connection", "keep-alive", "proxy-connection", "transfer-encoding", "upgrade")
+)
+
+
+def _malformed(headers: list[tuple[str, str]]) -> bool:
+    """A request HTTP/2 forbids (RFC 9113 §8.2, §8.3): a field name empty or not in lower
+    case, a pseudo-header unknown or after a regular field, a connection-specific field,
+    no :method or :path."""
+    regular = False
+    seen = 0
+    for name, value in headers:
+        if not name or name != name.lower():
+            return True
+        if name[0] == ":":
+            if regular or name not in _PSEUDO:
+                return True
+            seen += name in (":method", ":path")
+        else:
+            regular = True
+            if name in _CONNECTION_SPECIFIC or (name == "te" and value != "trailers"):
+                return True
+    return seen != 2
 
 
 def _not_a_preface(data: bytes) -> str:
