@@ -4,6 +4,7 @@ retry topic. The timing constants are narrowed per test instead of waiting a min
 
 from __future__ import annotations
 
+import asyncio
 import time
 import types
 
@@ -189,3 +190,22 @@ def test_fifo_queue_redelivers_its_unacked_messages_in_order_past_acked_and_filt
     for p in again:
         service.ack("G", "T", p.receipt.encode())
     assert store.offsets.query("G", "T", 0) == 6
+
+
+def test_a_cancelled_wait_ends_even_when_a_message_arrives_in_the_same_turn(
+    store: MessageStore,
+) -> None:
+    """Found by the http2 fuzzer: a receive whose connection was lost kept polling, because
+    Python 3.11's ``asyncio.wait_for`` drops a cancellation that comes with its future's
+    result, and the poll loop then waited again, up to its deadline."""
+    service = PopService(store, "broker-a")
+
+    async def scenario() -> bool:
+        waiting = asyncio.get_running_loop().create_task(service.wait("T", 30))
+        await asyncio.sleep(0)  # the wait has begun
+        service.wake("T")  # a message arrives...
+        waiting.cancel()  # ...as the call is cancelled
+        await asyncio.wait([waiting], timeout=5)
+        return waiting.cancelled()
+
+    assert asyncio.run(scenario())
