@@ -61,7 +61,12 @@ class ServerTls:
 
     def context(self) -> ssl.SSLContext:
         if self._context is None:
-            self._context = self._files() if not self._cfg.tlsTestModeEnable else _self_signed()
+            ctx = self._files() if not self._cfg.tlsTestModeEnable else _self_signed()
+            # gRPC clients (the 5.x endpoint) need HTTP/2 agreed by ALPN, as RocketMQ's
+            # proxy offers it; remoting clients offer none, and a client offering only
+            # other protocols goes on without one
+            ctx.set_alpn_protocols(["h2"])
+            self._context = ctx
         return self._context
 
     def _files(self) -> ssl.SSLContext:
@@ -136,19 +141,19 @@ class TlsSession:
         self._incoming = ssl.MemoryBIO()
         self._outgoing = ssl.MemoryBIO()
         self._tls = ctx.wrap_bio(self._incoming, self._outgoing, server_side=True)
-        self._established = False
+        self.established = False  # the handshake is done: application data may go out
         self.closed_by_peer = False
 
     def receive(self, data: bytes) -> bytes:
         """The plaintext ``data`` completes (often none during the handshake). Raises
         ``ssl.SSLError`` on a failed handshake or a bad record."""
         self._incoming.write(data)
-        if not self._established:
+        if not self.established:
             try:
                 self._tls.do_handshake()
             except ssl.SSLWantReadError:
                 return b""
-            self._established = True
+            self.established = True
         chunks = []
         while True:
             try:

@@ -124,11 +124,7 @@ def run(cmd: dict[str, Any]) -> dict[str, Any]:
     op = cmd["op"]
     if op == "producer":
         checker = Checker(cmd["check"]) if cmd.get("check") else None
-        p = (
-            Producer(config(cmd), tuple(cmd["topics"]), checker)
-            if checker
-            else Producer(config(cmd), tuple(cmd["topics"]))
-        )
+        p = Producer(config(cmd), tuple(cmd["topics"]), checker, tls_enable=cmd.get("tls", False))
         p.startup()
         clients[cmd["name"]] = p
         return {}
@@ -161,7 +157,9 @@ def run(cmd: dict[str, Any]) -> dict[str, Any]:
     if op == "simple":
         kind = FilterType.SQL if cmd.get("sql") else FilterType.TAG
         subs = {t: FilterExpression(e, kind) for t, e in cmd["subs"].items()}
-        c = SimpleConsumer(config(cmd), cmd["group"], subs, cmd.get("await", 5))
+        c = SimpleConsumer(
+            config(cmd), cmd["group"], subs, cmd.get("await", 5), tls_enable=cmd.get("tls", False)
+        )
         c.startup()
         clients[cmd["name"]] = c
         return {}

@@ -42,7 +42,7 @@ class Client5:
     """One child process of the official 5.x client; ``call`` sends a command and waits,
     with a deadline, for its answer."""
 
-    def __init__(self, endpoint: str, log: Path) -> None:
+    def __init__(self, endpoint: str, log: Path, env: dict[str, str] | None = None) -> None:
         self.endpoint = endpoint
         self.log_path = log
         self._ids = itertools.count(1)
@@ -55,7 +55,7 @@ class Client5:
                 stdout=subprocess.PIPE,
                 stderr=err,
                 text=True,
-                env={**os.environ, "HOME": str(log.parent)},
+                env={**os.environ, "HOME": str(log.parent), **(env or {})},
             )
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()

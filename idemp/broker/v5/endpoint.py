@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
+import ssl
 import zlib
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
@@ -25,6 +26,7 @@ from urllib.parse import quote
 
 from google.protobuf.message import DecodeError
 
+from ..tls import HANDSHAKE_RECORD, ServerTls, TlsSession
 from . import http2
 from .headerblock import RESPONSE_HEADERS, encode
 from .schema import SERVICE
@@ -108,6 +110,8 @@ class _Connection(asyncio.Protocol):
         self.waiters: dict[int, asyncio.Future[None]] = {}
         self.transport: asyncio.Transport | None = None
         self.peer = ""
+        self.tls: TlsSession | None = None
+        self._first_bytes = True  # TLS or plain is decided by the first byte, as remoting
         self._flushing = False
         self._going = False  # the peer sent GOAWAY, or the server stops
 
@@ -122,9 +126,26 @@ class _Connection(asyncio.Protocol):
         self.peer = f"ipv6:[{host}]:{port}" if ":" in host else f"ipv4:{host}:{port}"
         self.endpoint.connections.add(self)
         self.endpoint.all_closed.clear()
-        self._schedule()
+        # the server's SETTINGS wait for the first bytes: they may be a TLS handshake
 
     def data_received(self, data: bytes) -> None:
+        if self._first_bytes and data:
+            self._first_bytes = False
+            if not self._choose_tls(data[0] == HANDSHAKE_RECORD):
+                return
+        if self.tls is not None:
+            try:
+                data = self.tls.receive(data)
+            except ssl.SSLError as exc:
+                log.info("v5: closing the TLS connection of %s: %s", self.peer, exc)
+                self._close_transport()
+                return
+            if self.tls.closed_by_peer:
+                self.close()
+                return
+            self._schedule(force=True)  # the handshake's answer, at least
+            if not data:
+                return
         try:
             self.h2.receive(data)
         except http2.ConnectionError_ as exc:
@@ -132,6 +153,28 @@ class _Connection(asyncio.Protocol):
             self.close()
             return
         self._schedule()
+
+    def _choose_tls(self, hello: bool) -> bool:
+        """As the broker's remoting ports (and RocketMQ's proxy) do, by tls.server.mode;
+        False when the connection was closed instead."""
+        tls = self.endpoint.tls
+        mode = tls.mode if tls is not None else "disabled"
+        if mode == ("disabled" if hello else "enforcing"):
+            kind = "TLS" if hello else "plain"
+            log.warning(
+                "v5 %s: a %s client, and tls.server.mode is %s: closed", self.peer, kind, mode
+            )
+            self._close_transport()
+            return False
+        if hello:
+            assert tls is not None
+            try:
+                self.tls = tls.session()
+            except Exception:
+                log.exception("v5 %s: no TLS context: closed", self.peer)
+                self._close_transport()
+                return False
+        return True
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.endpoint.forget(self)
@@ -142,22 +185,33 @@ class _Connection(asyncio.Protocol):
             if not waiter.done():
                 waiter.set_result(None)
 
-    def _schedule(self) -> None:
-        if not self._flushing and self.h2.out:
+    def _schedule(self, *, force: bool = False) -> None:
+        if not self._flushing and (self.h2.out or force):
             self._flushing = True
             self.loop.call_soon(self._flush)
 
     def _flush(self) -> None:
         self._flushing = False
-        data = self.h2.data_to_send()
         transport = self.transport
-        if data and transport is not None and not transport.is_closing():
+        if self._first_bytes or transport is None or transport.is_closing():
+            return
+        tls = self.tls
+        if tls is None:
+            data = self.h2.data_to_send()
+        else:
+            if tls.established and self.h2.out:
+                tls.send(self.h2.data_to_send())
+            data = tls.take_output()
+        if data:
             transport.write(data)
-        if self._going and not self.calls and transport is not None:
+        if self._going and not self.calls:
             transport.close()
 
     def close(self) -> None:
         self._flush()
+        self._close_transport()
+
+    def _close_transport(self) -> None:
         if self.transport is not None:
             self.transport.close()
 
@@ -425,6 +479,7 @@ class GrpcEndpoint:
         self.service = MessagingService(broker)
         self.rpcs = {f"/{SERVICE}/{name}": rpc for name, rpc in self.service.rpcs().items()}
         self.server: asyncio.Server | None = None
+        self.tls: ServerTls | None = getattr(broker, "tls", None)  # the broker's TLS settings
         self.connections: set[_Connection] = set()
         self.all_closed = asyncio.Event()
         self._revive: asyncio.Task[None] | None = None
