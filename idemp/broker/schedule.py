@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from idemp.remoting import MessageExt
 from idemp.remoting.codes import SCHEDULE_TOPIC, Prop
+from idemp.waiting import within
 
 if TYPE_CHECKING:
     from .context import Broker
@@ -113,6 +114,6 @@ class ScheduleService:
                 await store.wait_flushed(store.commitlog.end)
             self.persist()
             try:
-                await asyncio.wait_for(self._wake.wait(), timeout=max(wait, 0.001))
+                await within(self._wake.wait(), max(wait, 0.001))
             except TimeoutError:
                 pass

@@ -25,6 +25,7 @@ from idemp.remoting import (
     encode,
 )
 from idemp.remoting.codes import RPC_ONEWAY
+from idemp.waiting import within
 
 from .acl import EXCEPTION_PREFIX as ACL_EXCEPTION_PREFIX
 from .acl import AclDenied, AclFileWatch, PlainAcl, default_acl_path, load_acl
@@ -251,7 +252,7 @@ class Connection(asyncio.Protocol):
         self._waiting[opaque] = fut
         self.send(RemotingCommand(code=code, opaque=opaque, ext_fields=ext_fields, body=body))
         try:
-            return await asyncio.wait_for(fut, timeout)
+            return await within(fut, timeout)
         finally:
             self._waiting.pop(opaque, None)
 

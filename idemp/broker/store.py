@@ -19,6 +19,7 @@ from idemp.history import is_visible
 from idemp.remoting.codes import SCHEDULE_TOPIC, TIMER_TOPIC, MessageSysFlag, Prop
 from idemp.remoting.message import MessageExt, decode_message, encode_message
 from idemp.remoting.tags import tags_code
+from idemp.waiting import within
 
 from .brokerstats import BrokerStats
 from .commitlog import CommitLog
@@ -266,7 +267,7 @@ class MessageStore:
         if not self._flushing:
             asyncio.get_running_loop().create_task(self._flush_loop())
         try:
-            await asyncio.wait_for(asyncio.shield(fut), self.config.syncFlushTimeout / 1000)
+            await within(asyncio.shield(fut), self.config.syncFlushTimeout / 1000)
         except TimeoutError:
             return False
         return True

@@ -22,6 +22,7 @@ import time
 from typing import TYPE_CHECKING
 
 from idemp.remoting.codes import Prop
+from idemp.waiting import within
 
 from .schedule import restore_real
 from .store import TIMER_TOPIC
@@ -115,6 +116,6 @@ class TimerService:
             if count and self.server.config.sync_flush:
                 await store.wait_flushed(store.commitlog.end)
             try:
-                await asyncio.wait_for(self._wake.wait(), timeout=max(wait, 0.001))
+                await within(self._wake.wait(), max(wait, 0.001))
             except TimeoutError:
                 pass

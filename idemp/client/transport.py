@@ -18,6 +18,9 @@ from typing import Any, TypeVar, Union
 
 from idemp.remoting import FrameDecoder, ProtocolError, RemotingCommand, ResponseCode, encode
 from idemp.remoting.codes import RPC_ONEWAY, RPC_TYPE_RESPONSE
+from idemp.waiting import within
+
+__all__ = ["within"]  # also the client's: its modules import it from here
 
 log = logging.getLogger("idemp.client.transport")
 
@@ -30,28 +33,6 @@ T = TypeVar("T")
 
 # Java: a global AtomicInteger; masked to stay a positive int32 on the wire.
 _OPAQUES = itertools.count(1)
-
-
-async def within(aw: Awaitable[T], timeout: float) -> T:
-    """``asyncio.wait_for`` that never loses a cancellation.
-
-    Before Python 3.12, ``wait_for`` returns the result instead of raising
-    CancelledError when the awaited thing is already done but its wake-up has not run
-    yet (gh-86296). A pull task cancelled in that window (a connection lookup just
-    finished) carried on and sent its PULL; the broker held it for the 15 s long-poll,
-    and the consumer's shutdown, which awaits its cancelled pull tasks, waited with it.
-    Raises ``asyncio.TimeoutError`` after ``timeout`` seconds, like ``wait_for``.
-    """
-    inner = asyncio.ensure_future(aw)
-    try:
-        done, _ = await asyncio.wait((inner,), timeout=timeout)
-    except asyncio.CancelledError:
-        inner.cancel()
-        raise
-    if not done:
-        inner.cancel()
-        raise asyncio.TimeoutError
-    return inner.result()
 
 
 class _Expired(Exception):

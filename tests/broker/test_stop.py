@@ -1,0 +1,41 @@
+"""The broker's own loops end when its stop cancels them, whatever else happens in the
+same turn of the event loop (a broker in process, on a temporary store)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from idemp.broker.config import BrokerConfig
+from idemp.broker.server import BrokerServer
+
+
+def test_loops_cancelled_as_they_are_woken_end(tmp_path: Path) -> None:
+    """The delay-level and timer loops wait for a wake-up or their next due time; with
+    ``asyncio.wait_for`` (Python 3.11) a cancellation arriving in the turn the wake-up was
+    set was dropped and the loop waited again, so the broker's stop, which awaits its
+    cancelled loops, could hang."""
+
+    async def scenario() -> list[str]:
+        cfg = BrokerConfig(
+            storePathRootDir=str(tmp_path / "store"),
+            listenPort=0,
+            namesrvAddr="127.0.0.1:0",
+            grpcServerPort=-1,
+        )
+        server = BrokerServer(cfg)
+        await server.start()
+        loops = {"ScheduleService.run": server.scheduler, "TimerService.run": server.timer}
+        tasks = {t.get_coro().__qualname__: t for t in server._tasks}  # type: ignore[union-attr]
+        tasks = {name: tasks[name] for name in loops}
+        for _ in range(5):  # each loop has reached its wait
+            await asyncio.sleep(0)
+        for name, service in loops.items():
+            service._wake.set()
+            tasks[name].cancel()
+        await asyncio.wait(tasks.values(), timeout=5)
+        still = [name for name, task in tasks.items() if not task.done()]
+        await asyncio.wait_for(server.stop(), 10)
+        return still
+
+    assert asyncio.run(scenario()) == []
