@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 
 from idemp.remoting.codes import Prop
 from idemp.remoting.message import MessageExt, decode_message
+from idemp.waiting import within
 
 from ..diskguard import DiskFull
 from ..metadata import Perm, dlq_topic
@@ -189,16 +190,14 @@ class PopService:
     async def wait(self, topic: str, timeout: float) -> None:
         """Until a message arrives on ``topic`` (or its retries), an ack unblocks a FIFO
         queue, or ``timeout`` seconds pass."""
-        loop = asyncio.get_running_loop()
-        fut: asyncio.Future[None] = loop.create_future()
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiters.setdefault(topic, set()).add(fut)
-        # a timer, not asyncio.wait_for: Python 3.11's drops a cancellation that comes in
-        # the same turn as the result, and a receive whose call was cancelled polled on
-        timer = loop.call_later(timeout, _settle, fut)
         try:
-            await fut
+            # not asyncio.wait_for: a receive cancelled as a message arrived polled on
+            await within(fut, timeout)
+        except TimeoutError:
+            pass
         finally:
-            timer.cancel()
             waiting = self._waiters.get(topic)
             if waiting is not None:
                 waiting.discard(fut)
@@ -669,8 +668,3 @@ class PopService:
     def forget_group(self, group: str) -> None:
         for key in [k for k in self._state if k[0] == group]:
             del self._state[key]
-
-
-def _settle(fut: asyncio.Future[None]) -> None:
-    if not fut.done():
-        fut.set_result(None)
