@@ -63,25 +63,6 @@ def seed_streams() -> list[bytes]:
     return seeds
 
 
-class _Transport:
-    def __init__(self) -> None:
-        self.out = bytearray()
-        self.closing = False
-
-    def write(self, data: Any) -> None:
-        assert not self.closing, "written after the close"
-        self.out += data
-
-    def close(self) -> None:
-        self.closing = True
-
-    def is_closing(self) -> bool:
-        return self.closing
-
-    def get_extra_info(self, name: str, default: Any = None) -> Any:
-        return ("127.0.0.1", 40000) if name == "peername" else default
-
-
 def _check_frames(data: bytes) -> None:
     at = 0
     while at < len(data):
@@ -94,6 +75,7 @@ def _check_frames(data: bytes) -> None:
 
 def http2(data: bytes) -> None:
     from fuzz.grpc5 import shared_harness
+    from fuzz.targets import _FakeTransport
     from idemp.broker.v5 import endpoint
     from idemp.broker.v5.http2 import PREFACE
 
@@ -103,11 +85,11 @@ def http2(data: bytes) -> None:
     grpc = harness.server.grpc
     wire = data[1:] if data[0] == 0xFF else PREFACE + data[1:]
     cut = data[0] % (len(wire) + 1)
-    transport = _Transport()
+    transport = _FakeTransport()
 
     async def feed() -> list[asyncio.Task[Any]]:
         conn = endpoint._Connection(grpc)
-        conn.connection_made(transport)  # type: ignore[arg-type]
+        conn.connection_made(transport)
         try:
             conn.data_received(wire[:cut])
             conn.data_received(wire[cut:])
