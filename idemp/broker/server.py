@@ -38,7 +38,7 @@ from .locks import LockManager
 from .longpoll import PullHoldService
 from .store import MessageStore
 from .timer import TimerService
-from .tls import HANDSHAKE_RECORD, ServerTls, TlsSession
+from .tls import HANDSHAKE_RECORD, ServerTls, TlsRefused, TlsSession
 
 log = logging.getLogger("idemp.broker")
 
@@ -115,26 +115,12 @@ class Connection(asyncio.Protocol):
             self._dispatch(cmd)
 
     def _choose_tls(self, hello: bool) -> bool:
-        """RocketMQ's HandshakeHandler: False when the connection is closed instead."""
-        mode = self.server.tls.mode
-        if mode == ("disabled" if hello else "enforcing"):
-            kind = "TLS" if hello else "plain"
-            log.warning(
-                "%s %s: a %s client, and tls.server.mode is %s: closed",
-                self.role,
-                self.peer,
-                kind,
-                mode,
-            )
+        """False when the connection is closed instead (tls.py)."""
+        try:
+            self.tls = self.server.tls.session_for(hello, f"{self.role} {self.peer}")
+        except TlsRefused:
             self.close()
             return False
-        if hello:
-            try:
-                self.tls = self.server.tls.session()
-            except Exception:  # RocketMQ: "sslContext is null" closes the connection
-                log.exception("%s %s: no TLS context: closed", self.role, self.peer)
-                self.close()
-                return False
         return True
 
     def _flush_tls(self) -> None:

@@ -93,6 +93,26 @@ class ServerTls:
     def session(self) -> TlsSession:
         return TlsSession(self.context())
 
+    def session_for(self, hello: bool, who: str) -> TlsSession | None:
+        """RocketMQ's HandshakeHandler, for a connection whose first byte is (``hello``)
+        or is not a TLS handshake record: its TLS session, or None for plain. Raises
+        TlsRefused, logged with ``who``, when ``tls.server.mode`` closes it instead."""
+        if self.mode == ("disabled" if hello else "enforcing"):
+            kind = "TLS" if hello else "plain"
+            log.warning("%s: a %s client, and tls.server.mode is %s: closed", who, kind, self.mode)
+            raise TlsRefused
+        if not hello:
+            return None
+        try:
+            return self.session()
+        except Exception:  # RocketMQ: "sslContext is null" closes the connection
+            log.exception("%s: no TLS context: closed", who)
+            raise TlsRefused from None
+
+
+class TlsRefused(Exception):
+    """The connection closes: its first byte does not fit the mode, or no context."""
+
 
 def _self_signed() -> ssl.SSLContext:
     """Netty's ``SelfSignedCertificate``, as RocketMQ's test mode makes it: RSA 2048,

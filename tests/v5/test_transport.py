@@ -18,6 +18,8 @@ import grpc
 import hpack
 import pytest
 
+from idemp.broker.config import BrokerConfig
+from idemp.broker.tls import ServerTls
 from idemp.broker.v5 import endpoint, http2
 from idemp.broker.v5.schema import SERVICE, pb
 from idemp.broker.v5.service import Rpc
@@ -181,7 +183,7 @@ class _Endpoint:
         self.rpcs = {f"/{SERVICE}/{name}": rpc for name, rpc in rpcs.items()}
         self.connections: set[Any] = set()
         self.all_closed = asyncio.Event()
-        self.tls = None
+        self.tls = ServerTls(BrokerConfig())
 
     def forget(self, connection: Any) -> None:
         self.connections.discard(connection)

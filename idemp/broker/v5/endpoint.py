@@ -26,7 +26,7 @@ from urllib.parse import quote
 
 from google.protobuf.message import DecodeError
 
-from ..tls import HANDSHAKE_RECORD, ServerTls, TlsSession
+from ..tls import HANDSHAKE_RECORD, ServerTls, TlsRefused, TlsSession
 from . import http2
 from .headerblock import RESPONSE_HEADERS, encode
 from .schema import SERVICE
@@ -157,23 +157,11 @@ class _Connection(asyncio.Protocol):
     def _choose_tls(self, hello: bool) -> bool:
         """As the broker's remoting ports (and RocketMQ's proxy) do, by tls.server.mode;
         False when the connection was closed instead."""
-        tls = self.endpoint.tls
-        mode = tls.mode if tls is not None else "disabled"
-        if mode == ("disabled" if hello else "enforcing"):
-            kind = "TLS" if hello else "plain"
-            log.warning(
-                "v5 %s: a %s client, and tls.server.mode is %s: closed", self.peer, kind, mode
-            )
+        try:
+            self.tls = self.endpoint.tls.session_for(hello, f"v5 {self.peer}")
+        except TlsRefused:
             self._close_transport()
             return False
-        if hello:
-            assert tls is not None
-            try:
-                self.tls = tls.session()
-            except Exception:
-                log.exception("v5 %s: no TLS context: closed", self.peer)
-                self._close_transport()
-                return False
         return True
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -354,12 +342,8 @@ class _Connection(asyncio.Protocol):
         try:
             response = await stream.rpc.fn(request, stream.call)
             framed = _framed(response)
-        except _Abort as abort:
-            self._end(stream_id, abort.code, abort.details)
-            return
         except Exception as exc:
-            log.exception("v5: %s failed", stream.rpc.fn)
-            self._end(stream_id, UNKNOWN, f"Unexpected {type(exc).__name__}: {exc}")
+            self._failed(stream_id, stream, exc)
             return
         if self.calls.get(stream_id) is not stream:
             return  # reset or expired meanwhile
@@ -396,16 +380,21 @@ class _Connection(asyncio.Protocol):
                 if held > HELD_BYTES_HIGH:
                     waiter = self.waiters[stream_id] = self.loop.create_future()
                     await waiter
-        except _Abort as abort:
-            self._end(stream_id, abort.code, abort.details)
-            return
         except Exception as exc:
-            log.exception("v5: %s failed", stream.rpc.fn)
-            self._end(stream_id, UNKNOWN, f"Unexpected {type(exc).__name__}: {exc}")
+            self._failed(stream_id, stream, exc)
             return
         finally:
             await responses.aclose()
         self._end(stream_id, OK, "")
+
+    def _failed(self, stream_id: int, stream: _Stream, exc: Exception) -> None:
+        """An abort is the status the service chose; anything else is a bug, logged, and
+        UNKNOWN for the client, as grpc's servers answer it."""
+        if isinstance(exc, _Abort):
+            self._end(stream_id, exc.code, exc.details)
+            return
+        log.error("v5: %s failed", stream.rpc.fn, exc_info=exc)
+        self._end(stream_id, UNKNOWN, f"Unexpected {type(exc).__name__}: {exc}")
 
     def _end(self, stream_id: int, code: int, details: str) -> None:
         """The call's status: trailers after the responses sent, or alone."""
@@ -479,7 +468,8 @@ class GrpcEndpoint:
         self.service = MessagingService(broker)
         self.rpcs = {f"/{SERVICE}/{name}": rpc for name, rpc in self.service.rpcs().items()}
         self.server: asyncio.Server | None = None
-        self.tls: ServerTls | None = getattr(broker, "tls", None)  # the broker's TLS settings
+        # the broker's TLS settings, shared with its remoting ports
+        self.tls: ServerTls = getattr(broker, "tls", None) or ServerTls(broker.config)
         self.connections: set[_Connection] = set()
         self.all_closed = asyncio.Event()
         self._revive: asyncio.Task[None] | None = None
