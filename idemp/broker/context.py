@@ -19,6 +19,7 @@ from .kvconfig import NamesrvState
 from .locks import LockManager
 from .longpoll import PullHoldService
 from .store import MessageStore
+from .tls import ServerTls
 
 
 class Peer(Protocol):
@@ -53,6 +54,7 @@ class Broker(Protocol):
     namesrv_addr: str
     namesrv: NamesrvState  # the embedded nameserver's KV config and write permissions
     acl: PlainAcl | None  # aclEnable=true: the accounts in force (acl_admin changes them)
+    tls: ServerTls  # tls.server.mode and the certificate, for every listener
     config_version: int  # bumped by UPDATE_BROKER_CONFIG (GET_BROKER_CONFIG's version)
     transactions: Any  # transaction.TransactionCheckService, owned by that handler module
     scheduler: Any  # schedule.ScheduleService (its ``progress``: delay level → offset)

@@ -40,7 +40,7 @@ REVIVE_INTERVAL_S = 0.5
 MAX_MESSAGE_BYTES = 130 * 1024 * 1024  # the proxy's grpcMaxInboundMessageSize
 HELD_BYTES_HIGH = 1 << 20  # a stream's writer waits while its peer has more to take
 OK, UNKNOWN, DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED = 0, 2, 4, 8
-UNIMPLEMENTED, INTERNAL, UNAVAILABLE = 12, 13, 14
+UNIMPLEMENTED, INTERNAL = 12, 13
 OK_TRAILERS = encode([("grpc-status", "0")])
 _TIMEOUT_UNITS = {"H": 3600.0, "M": 60.0, "S": 1.0, "m": 1e-3, "u": 1e-6, "n": 1e-9}
 _GZIP = 16 + zlib.MAX_WBITS  # grpc-java's servers decompress gzip only, as RocketMQ's proxy
@@ -468,8 +468,7 @@ class GrpcEndpoint:
         self.service = MessagingService(broker)
         self.rpcs = {f"/{SERVICE}/{name}": rpc for name, rpc in self.service.rpcs().items()}
         self.server: asyncio.Server | None = None
-        # the broker's TLS settings, shared with its remoting ports
-        self.tls: ServerTls = getattr(broker, "tls", None) or ServerTls(broker.config)
+        self.tls: ServerTls = broker.tls  # shared with the remoting ports
         self.connections: set[_Connection] = set()
         self.all_closed = asyncio.Event()
         self._revive: asyncio.Task[None] | None = None
