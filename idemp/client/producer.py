@@ -41,7 +41,16 @@ from .instance import ClientInstance
 from .route import MessageQueue
 from .settings import ClientSettings, ProducerSettings
 from .sharding import queue_index_for_key
-from .trace import DELAY, NORMAL, TRANSACTION_HALF, TraceDispatcher, pub_record, trace_keys
+from .trace import (
+    DELAY,
+    NORMAL,
+    TRANSACTION_HALF,
+    TraceDispatcher,
+    end_transaction_record,
+    now_ms,
+    pub_record,
+    trace_keys,
+)
 from .transport import Connection, RemotingError, ResponseError
 
 log = logging.getLogger("idemp.client.producer")
@@ -75,6 +84,14 @@ class TransactionState(enum.IntEnum):
     UNKNOWN = 0
     COMMIT = 8
     ROLLBACK = 12
+
+
+# Java's LocalTransactionState names, as an EndTransaction trace record gives them
+_JAVA_STATE = {
+    TransactionState.UNKNOWN: "UNKNOW",
+    TransactionState.COMMIT: "COMMIT_MESSAGE",
+    TransactionState.ROLLBACK: "ROLLBACK_MESSAGE",
+}
 
 
 @dataclass
@@ -394,11 +411,19 @@ class AsyncProducer:
         state: TransactionState,
         addr: str | None = None,
         from_check: bool = False,
+        msg: OutMessage | None = None,
     ) -> None:
+        """``msg``: the half message as sent, for its EndTransaction trace record."""
         commit_log_offset = parse_offset_msg_id(result.offset_msg_id)[1]
         target = addr or self.instance.master_addr(result.queue.broker_name)
         if target is None:
             raise SendError(f"no master address for broker {result.queue.broker_name}")
+        if msg is not None:
+            keys = " ".join(msg.keys) if msg.keys else None
+            self._trace_end(
+                msg.topic, msg.properties.get(Prop.MSG_REGION), msg.tags, keys,
+                result.msg_id, target, state, from_check,
+            )  # fmt: skip
         await self.instance.broker_oneway(
             target,
             RequestCode.END_TRANSACTION,
@@ -412,6 +437,36 @@ class AsyncProducer:
                 "transactionId": result.transaction_id or result.msg_id,
             },
         )
+
+    def _trace_end(
+        self,
+        topic: str,
+        region: str | None,
+        tags: str | None,
+        keys: str | None,
+        msg_id: str,
+        broker_addr: str,
+        state: TransactionState,
+        from_check: bool,
+    ) -> None:
+        """EndTransactionTraceHookImpl. The transaction id it records is the message's
+        UNIQ_KEY, which the Java client takes as the transaction id on both paths."""
+        if not self.settings.enable_trace or topic.startswith(self.settings.trace_topic):
+            return
+        record = end_transaction_record(
+            timestamp_ms=now_ms(),
+            region=region,
+            group=self.group,
+            topic=topic,
+            msg_id=msg_id,
+            tags=tags,
+            keys=keys,
+            store_host=broker_addr,
+            transaction_id=msg_id,
+            state=_JAVA_STATE[state],
+            from_check=from_check,
+        )
+        tracer(self.instance, self.settings.trace_topic).append(record, trace_keys(msg_id, keys))
 
     async def check_transaction(self, conn: Connection, cmd: RemotingCommand) -> None:
         """Answer a broker's CHECK_TRANSACTION_STATE with END_TRANSACTION (oneway)."""
@@ -428,6 +483,12 @@ class AsyncProducer:
             log.exception("transaction check callback failed; answering UNKNOW")
             state = TransactionState.UNKNOWN
         f = cmd.ext_fields
+        msg_id = msg.uniq_key or f.get("msgId", "")
+        props = msg.properties
+        self._trace_end(
+            msg.topic, props.get(Prop.MSG_REGION), props.get(Prop.TAGS), props.get(Prop.KEYS),
+            msg_id, conn.addr, state, True,
+        )  # fmt: skip
         await self.instance.broker_oneway(
             conn.addr,
             RequestCode.END_TRANSACTION,
@@ -437,7 +498,7 @@ class AsyncProducer:
                 "commitLogOffset": f.get("commitLogOffset", "0"),
                 "commitOrRollback": str(int(state)),
                 "fromTransactionCheck": "true",
-                "msgId": msg.uniq_key or f.get("msgId", ""),
+                "msgId": msg_id,
                 "transactionId": f.get("transactionId", msg.uniq_key or ""),
             },
         )
@@ -517,7 +578,7 @@ class Producer:
         except Exception:
             log.exception("local transaction raised; rolling back")
             state = TransactionState.ROLLBACK
-        self._call(core.end_transaction(result, state))
+        self._call(core.end_transaction(result, state, msg=msg))
         result.transaction_state = state
         return result
 

@@ -1,7 +1,8 @@
 """Message traces, as the Java client's ``enableMsgTrace`` writes them, so that
 ``mqadmin queryMsgTraceById`` and RocketMQ Dashboard show idemp's producers and consumers.
 
-A send adds a ``Pub`` record; a consumed batch a ``SubBefore`` record per message, and a
+A send adds a ``Pub`` record, a transaction's end (its producer's own, or its answer to a
+check) an ``EndTransaction``; a consumed batch a ``SubBefore`` record per message, and a
 ``SubAfter`` per message once the listener answered (RocketMQ 4.9.7's
 ``TraceDataEncoder``: fields split by U+0001, records ended by U+0002). Records are
 gathered for half a second, or until ~118 KB, and sent as one message to the trace topic
@@ -26,8 +27,9 @@ _CONTENT = "\x01"
 _FIELD = "\x02"
 _FLUSH_AFTER_S = 0.5  # waitTimeThresholdMil
 _MAX_BYTES = 128_000 - 10_000  # the trace producer's maxMessageSize, less its margin
-# MessageType ordinals
-NORMAL, TRANSACTION_HALF, DELAY = 0, 1, 3
+# MessageType ordinals (an EndTransaction record always says Trans_msg_Commit)
+NORMAL, TRANSACTION_HALF, TRANSACTION_COMMIT, DELAY = 0, 1, 2, 3
+DEFAULT_REGION = "DefaultRegion"  # MixAll.DEFAULT_TRACE_REGION_ID
 # ConsumeReturnType ordinals (the SubAfter's context code)
 RETURN_SUCCESS, RETURN_FAILED = 0, 4
 
@@ -67,6 +69,40 @@ def pub_record(
         str(msg_type),
         offset_msg_id,
         "true" if success else "false",
+    )
+    return _CONTENT.join(fields) + _FIELD
+
+
+def end_transaction_record(
+    *,
+    timestamp_ms: int,
+    region: str | None,
+    group: str,
+    topic: str,
+    msg_id: str,
+    tags: str | None,
+    keys: str | None,
+    store_host: str,
+    transaction_id: str,
+    state: str,
+    from_check: bool,
+) -> str:
+    """EndTransactionTraceHookImpl's record; ``state`` is Java's LocalTransactionState
+    name, ``region`` the message's MSG_REGION property."""
+    fields = (
+        "EndTransaction",
+        str(timestamp_ms),
+        region or DEFAULT_REGION,
+        group,
+        topic,
+        msg_id,
+        _text(tags),
+        _text(keys),
+        store_host,
+        str(TRANSACTION_COMMIT),
+        transaction_id,
+        state,
+        "true" if from_check else "false",
     )
     return _CONTENT.join(fields) + _FIELD
 

@@ -20,6 +20,7 @@ from idemp.client import (
     OutMessage,
     Producer,
     ProducerSettings,
+    TransactionState,
 )
 from idemp.message import ConsumeResult, Message
 from idemp.remoting import RequestCode, ResponseCode, decode_messages
@@ -195,3 +196,55 @@ def test_an_apps_listeners_are_traced_by_its_settings(
     records = traces_of(broker, sent.msg_id)
     kinds = sorted((r[0], r[3] if r[0] == "SubBefore" else r[-1]) for r in records)
     assert kinds == [("SubAfter", "traced-app"), ("SubBefore", "traced-app")]
+
+
+def test_transaction_ends_are_traced_on_both_paths(
+    make_broker: Callable[..., BrokerProcess],
+) -> None:
+    """EndTransactionTraceHookImpl's record (13 fields, as 4.9.7's TraceDataEncoder writes
+    and reads them): the producer's own commit, and its answer to the broker's check of
+    a transaction it left unknown (from_check true)."""
+    broker = make_broker(transactionCheckInterval=500, transactionTimeOut=500)
+    checked: list[str] = []
+
+    def check(msg: object) -> TransactionState:
+        checked.append(getattr(msg, "uniq_key", ""))
+        return TransactionState.COMMIT
+
+    producer = Producer(
+        settings=ProducerSettings(group="trace-tx", enable_trace=True),
+        client=ClientSettings(namesrv_addr=broker.namesrv_addr),
+        transaction_check=check,
+    ).start()
+    try:
+        producer.send(OutMessage("TracedTx", b"first"))  # creates the topic
+        done = producer.send_in_transaction(
+            OutMessage("TracedTx", b"now", tags="Pay", keys=["order-1"]),
+            lambda m, s: TransactionState.COMMIT,
+        )
+        later = producer.send_in_transaction(
+            OutMessage("TracedTx", b"later"), lambda m, s: TransactionState.UNKNOWN
+        )
+        wait_for(lambda: later.msg_id in checked, 30, "the broker's check of the unknown one")
+    finally:
+        producer.shutdown()  # flushes the gathered traces
+
+    def ends(msg_id: str) -> list[list[str]]:
+        return [r for r in traces_of(broker, msg_id) if r[0] == "EndTransaction"]
+
+    (own,) = wait_for(lambda: ends(done.msg_id), 10, "the commit's record")
+    assert own == ["EndTransaction", own[1], "DefaultRegion", "trace-tx", "TracedTx",
+                   done.msg_id, "Pay", "order-1", broker.broker_addr, "2", done.msg_id,
+                   "COMMIT_MESSAGE", "false"]  # fmt: skip
+    records = wait_for(lambda: _two(ends(later.msg_id)), 10, "two records")
+    unknown, answered = sorted(records, key=lambda r: r[12])  # from the check: "true"
+    # the producer's own end said UNKNOW; its answer to the check, from the stored half
+    # message (no MSG_REGION on it from this broker, as from 4.9.7's), committed it
+    assert unknown[11:] == ["UNKNOW", "false"] and unknown[6:8] == ["null", "null"]
+    assert answered[2:] == ["DefaultRegion", "trace-tx", "TracedTx", later.msg_id, "null",
+                            "null", broker.broker_addr, "2", later.msg_id, "COMMIT_MESSAGE",
+                            "true"]  # fmt: skip
+
+
+def _two(records: list[list[str]]) -> list[list[str]] | None:
+    return records if len(records) == 2 else None
