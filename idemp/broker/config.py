@@ -71,6 +71,9 @@ class BrokerConfig:
     # the proxy's: how long a 5.x half message's transaction data is kept for its
     # EndTransaction ("cannot found transaction data" after; the check-back resolves it)
     transactionDataExpireMillis: int = 30_000
+    # the proxy's: a 5.x client's connection without a call for this long gets a GOAWAY
+    # and is closed (grpc-java's maxConnectionIdle); its next call reconnects
+    grpcClientIdleTimeMills: int = 120_000
     # SQL92 subscriptions (MessageSelector.bySql) are served only when true, as RocketMQ
     enablePropertyFilter: bool = False
     # RocketMQ 5's: topics of message.type MIXED are refused unless this is true
@@ -220,6 +223,8 @@ def validate(cfg: BrokerConfig) -> None:
             raise ConfigError(f"{key}: {port} is not a TCP port")
     if not -1 <= cfg.grpcServerPort <= 65535:
         raise ConfigError(f"grpcServerPort: {cfg.grpcServerPort} is not a TCP port (or -1: off)")
+    if cfg.grpcClientIdleTimeMills <= 0:
+        raise ConfigError(f"grpcClientIdleTimeMills: {cfg.grpcClientIdleTimeMills} is not positive")
     if cfg.defaultTopicQueueNums <= 0:
         raise ConfigError("defaultTopicQueueNums must be positive")
     if cfg.maxMessageSize <= 0:

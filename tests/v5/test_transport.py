@@ -19,6 +19,7 @@ import hpack
 import pytest
 
 from idemp.broker.config import BrokerConfig
+from idemp.broker.process import BrokerProcess
 from idemp.broker.tls import ServerTls
 from idemp.broker.v5 import endpoint, http2
 from idemp.broker.v5.schema import SERVICE, pb
@@ -184,6 +185,7 @@ class _Endpoint:
         self.connections: set[Any] = set()
         self.all_closed = asyncio.Event()
         self.tls = ServerTls(BrokerConfig())
+        self.idle_s = 120.0
 
     def forget(self, connection: Any) -> None:
         self.connections.discard(connection)
@@ -270,3 +272,63 @@ def test_a_streams_responses_and_answers_of_one_turn_leave_in_one_write() -> Non
         (k, sid) for sid in (3, 5, 7) for k in (http2.HEADERS, http2.DATA, http2.HEADERS)
     ]
     assert len(writes) == 3
+
+
+def _read_frames(sock: socket.socket, seconds: float) -> tuple[list[tuple[int, int, bytes]], bool]:
+    """What the server sends within ``seconds`` (each read bounded by the socket's
+    timeout): its frames, and whether it closed the connection."""
+    sock.settimeout(seconds)
+    data = b""
+    closed = False
+    try:
+        while chunk := sock.recv(65536):
+            data += chunk
+        closed = True
+    except TimeoutError:
+        pass
+    out = []
+    while len(data) >= 9:
+        length = int.from_bytes(data[:3], "big")
+        out.append((data[3], int.from_bytes(data[5:9], "big"), data[9 : 9 + length]))
+        data = data[9 + length :]
+    return out, closed
+
+
+def test_a_connection_without_a_call_is_sent_away_after_the_idle_time(
+    make_broker: Callable[..., BrokerProcess],
+) -> None:
+    """The proxy's grpcClientIdleTimeMills (120 s; 0.4 s here), grpc-java's
+    maxConnectionIdle: an open Telemetry stream keeps its connection; once the last call
+    ends, the idle time runs and a GOAWAY (NO_ERROR) ends the connection."""
+    broker = make_broker(grpcClientIdleTimeMills=400)
+    host, port = broker.grpc_addr.rsplit(":", 1)
+    encoder = hpack.Encoder()
+    headers = [
+        (":method", "POST"),
+        (":scheme", "http"),
+        (":path", f"/{SERVICE}/Telemetry"),
+        ("content-type", "application/grpc"),
+        ("x-mq-client-id", "idle-client"),
+    ]
+    settings = pb.TelemetryCommand(
+        settings=pb.Settings(
+            client_type=pb.PRODUCER, publishing=pb.Publishing(topics=[resource("IdleT")])
+        )
+    ).SerializeToString()
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(
+            http2.PREFACE
+            + _frame(http2.SETTINGS, 0, 0, b"")
+            + _frame(http2.HEADERS, http2.END_HEADERS, 1, encoder.encode(headers))
+            + _frame(http2.DATA, 0, 1, b"\x00" + len(settings).to_bytes(4, "big") + settings)
+        )
+        # three idle times with the stream open: answered, not sent away
+        during, closed = _read_frames(sock, 1.2)
+        assert not closed and http2.GOAWAY not in [k for k, _, _ in during]
+        assert (http2.DATA, 1) in [(k, s) for k, s, _ in during]  # the settings' answer
+        sock.sendall(_frame(http2.RST_STREAM, 0, 1, struct.pack(">I", http2.CANCEL)))
+        after, closed = _read_frames(sock, 10)
+    assert closed
+    assert [(k, s, p[4:8]) for k, s, p in after] == [
+        (http2.GOAWAY, 0, struct.pack(">I", http2.NO_ERROR))
+    ]

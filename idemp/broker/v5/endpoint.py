@@ -114,6 +114,7 @@ class _Connection(asyncio.Protocol):
         self._first_bytes = True  # TLS or plain is decided by the first byte, as remoting
         self._flushing = False
         self._going = False  # the peer sent GOAWAY, or the server stops
+        self._idle: asyncio.TimerHandle | None = None  # armed while there is no call
 
     # --- transport --------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -126,6 +127,7 @@ class _Connection(asyncio.Protocol):
         self.peer = f"ipv6:[{host}]:{port}" if ":" in host else f"ipv4:{host}:{port}"
         self.endpoint.connections.add(self)
         self.endpoint.all_closed.clear()
+        self._no_calls()
         # the server's SETTINGS wait for the first bytes: they may be a TLS handshake
 
     def data_received(self, data: bytes) -> None:
@@ -166,6 +168,8 @@ class _Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.endpoint.forget(self)
+        if self._idle is not None:
+            self._idle.cancel()
         for stream in self.calls.values():
             self._cancel(stream)
         self.calls.clear()
@@ -259,6 +263,9 @@ class _Connection(asyncio.Protocol):
             deadline = self.loop.time() + seconds
         stream = _Stream(rpc, Call(tuple(metadata), deadline, self.peer), encoding)
         self.calls[stream_id] = stream
+        if self._idle is not None:
+            self._idle.cancel()
+            self._idle = None
         if deadline is not None:
             stream.timer = self.loop.call_at(deadline, self._expired, stream_id)
         if rpc.kind == "bidi":
@@ -327,6 +334,8 @@ class _Connection(asyncio.Protocol):
         stream = self.calls.pop(stream_id, None)
         if stream is not None:
             self._cancel(stream)
+            if not self.calls:
+                self._no_calls()
         self._wake(stream_id)
 
     def drained(self, stream_id: int) -> None:
@@ -417,8 +426,23 @@ class _Connection(asyncio.Protocol):
         if stream.timer is not None:
             stream.timer.cancel()
         self._schedule()
-        if self._going and not self.calls:
-            self.loop.call_soon(self.close)
+        if not self.calls:
+            if self._going:
+                self.loop.call_soon(self.close)
+            else:
+                self._no_calls()
+
+    def _no_calls(self) -> None:
+        """The proxy's grpcClientIdleTimeMills (grpc-java's maxConnectionIdle): a
+        connection left without a call that long is sent away."""
+        if self._idle is None:
+            self._idle = self.loop.call_later(self.endpoint.idle_s, self._idle_out)
+
+    def _idle_out(self) -> None:
+        self._idle = None
+        if not self.calls:
+            log.info("v5 %s: no call for %.0f s: GOAWAY", self.peer, self.endpoint.idle_s)
+            self.shutdown()
 
     def _expired(self, stream_id: int) -> None:
         stream = self.calls.get(stream_id)
@@ -469,6 +493,7 @@ class GrpcEndpoint:
         self.rpcs = {f"/{SERVICE}/{name}": rpc for name, rpc in self.service.rpcs().items()}
         self.server: asyncio.Server | None = None
         self.tls: ServerTls = broker.tls  # shared with the remoting ports
+        self.idle_s = broker.config.grpcClientIdleTimeMills / 1000
         self.connections: set[_Connection] = set()
         self.all_closed = asyncio.Event()
         self._revive: asyncio.Task[None] | None = None
