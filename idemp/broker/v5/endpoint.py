@@ -207,10 +207,11 @@ class _Connection(asyncio.Protocol):
         if self.transport is not None:
             self.transport.close()
 
-    def shutdown(self) -> None:
-        """No more calls: GOAWAY now, the close once the calls in progress end."""
+    def shutdown(self, why: str = "") -> None:
+        """No more calls: GOAWAY now (``why`` its debug data), the close once the calls
+        in progress end."""
         self._going = True
-        self.h2.goaway()
+        self.h2.goaway(http2.NO_ERROR, why)
         self._schedule()
         if not self.calls:
             self.loop.call_soon(self.close)
@@ -442,7 +443,7 @@ class _Connection(asyncio.Protocol):
         self._idle = None
         if not self.calls:
             log.info("v5 %s: no call for %.0f s: GOAWAY", self.peer, self.endpoint.idle_s)
-            self.shutdown()
+            self.shutdown("max_idle")  # grpc-java's words, measured on RocketMQ 5.3.3
 
     def _expired(self, stream_id: int) -> None:
         stream = self.calls.get(stream_id)
