@@ -10,6 +10,7 @@ since that would break the key's order.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import dataclasses
 import enum
 import itertools
@@ -196,6 +197,43 @@ class AsyncProducer:
     ) -> SendResult:
         """``trace``: False for the trace producer's own sends."""
         began = time.time()
+        uniq, props, code, ext, body, fixed = await self._prepare(
+            msg, queue, sharding_key, transactional
+        )
+        result = await self._send_with_retry(msg.topic, code, ext, body, fixed)
+        result.msg_id = uniq
+        if (
+            trace
+            and self.settings.enable_trace
+            and msg.topic != self.settings.trace_topic
+            and result.region_id
+            and result.trace_on
+        ):
+            kind = DELAY if msg.delay_level > 0 else NORMAL
+            self._trace(msg, props, result, began, TRANSACTION_HALF if transactional else kind)
+        return result
+
+    async def send_oneway(self, msg: OutMessage, queue: MessageQueue | None = None) -> str:
+        """CommunicationMode.ONEWAY: one attempt and no answer (so no retry, and no
+        trace record: the Java client writes one only from a send's result). The
+        message's UNIQ_KEY, the id a consumer sees, is returned."""
+        uniq, _, code, ext, body, fixed = await self._prepare(msg, queue, None, False)
+        mq = fixed or self._pick(await self.publish_queues(msg.topic), None)
+        addr = self._address(mq, ext)
+        try:
+            await self.instance.broker_oneway(addr, code, ext, body)
+        except RemotingError as exc:
+            raise SendError(f"oneway send to {mq} failed: {exc}") from exc
+        return uniq
+
+    async def _prepare(
+        self,
+        msg: OutMessage,
+        queue: MessageQueue | None,
+        sharding_key: str | None,
+        transactional: bool,
+    ) -> tuple[str, dict[str, str], int, dict[str, str], bytes, MessageQueue | None]:
+        """A send's id, properties, request code, header, body and fixed queue."""
         props = msg.wire_properties()
         uniq = self.ids.next_id()
         props[Prop.UNIQ_KEY] = uniq
@@ -234,18 +272,7 @@ class AsyncProducer:
             if props.get(Prop.MSG_TYPE) == REPLY_MESSAGE_FLAG
             else RequestCode.SEND_MESSAGE_V2
         )
-        result = await self._send_with_retry(msg.topic, code, ext, body, fixed)
-        result.msg_id = uniq
-        if (
-            trace
-            and self.settings.enable_trace
-            and msg.topic != self.settings.trace_topic
-            and result.region_id
-            and result.trace_on
-        ):
-            kind = DELAY if msg.delay_level > 0 else NORMAL
-            self._trace(msg, props, result, began, TRANSACTION_HALF if transactional else kind)
-        return result
+        return uniq, props, code, ext, body, fixed
 
     def _trace(
         self, msg: OutMessage, props: dict[str, str], result: SendResult, began: float, kind: int
@@ -374,14 +401,19 @@ class AsyncProducer:
                     pass
         raise SendError(f"send to {topic} failed: " + "; ".join(errors or ["timeout"]))
 
-    async def _send_to(
-        self, mq: MessageQueue, code: int, ext: dict[str, str], body: bytes, timeout: float
-    ) -> SendResult:
+    def _address(self, mq: MessageQueue, ext: dict[str, str]) -> str:
+        """The queue's master, and the header's queue id and born time for it."""
         addr = self.instance.master_addr(mq.broker_name)
         if addr is None:
             raise SendError(f"no master address for broker {mq.broker_name}")
         ext["e"] = str(mq.queue_id)
         ext["g"] = str(int(time.time() * 1000))
+        return addr
+
+    async def _send_to(
+        self, mq: MessageQueue, code: int, ext: dict[str, str], body: bytes, timeout: float
+    ) -> SendResult:
+        addr = self._address(mq, ext)
         resp = await self.instance.broker_call(addr, code, ext, body, timeout)
         if resp.code not in _SENT_CODES:
             raise ResponseError(resp.code, resp.remark, f"send to {mq}")
@@ -544,6 +576,21 @@ class Producer:
     def send(self, msg: OutMessage, queue: MessageQueue | None = None) -> SendResult:
         result: SendResult = self._call(self._core().send(msg, queue=queue))
         return result
+
+    def send_async(
+        self, msg: OutMessage, queue: MessageQueue | None = None
+    ) -> concurrent.futures.Future[SendResult]:
+        """``send`` without waiting: the future holds its result (or its SendError),
+        and callbacks added to it run on the client's I/O thread, so keep them short."""
+        if self.instance is None:
+            raise RuntimeError("producer is not started")
+        return self.instance.loop_thread.submit(self._core().send(msg, queue=queue))
+
+    def send_oneway(self, msg: OutMessage, queue: MessageQueue | None = None) -> str:
+        """Send without waiting for the broker's answer: one attempt, nothing reported
+        back (a lost message is not seen). Returns the message's id (UNIQ_KEY)."""
+        msg_id: str = self._call(self._core().send_oneway(msg, queue))
+        return msg_id
 
     def request(self, msg: OutMessage, timeout: float = 3.0) -> Message:
         """Send ``msg`` and wait for its reply (a consumer answers with ``create_reply``);

@@ -21,6 +21,7 @@ from idemp.client import (
     OutMessage,
     Producer,
     ProducerSettings,
+    SendError,
     SendStatus,
     TransactionState,
     queue_index_for_key,
@@ -119,6 +120,29 @@ def test_batch_send(broker: BrokerProcess, producer: Producer) -> None:
     assert [m.body for m in msgs] == [f"{i} b".encode() for i in range(5)]
     assert [m.msg_id for m in msgs] == ids
     assert {m.queue_id for m in msgs} == {res.queue.queue_id}
+
+
+def test_oneway_and_async_sends(broker: BrokerProcess, producer: Producer) -> None:
+    oneway = [producer.send_oneway(OutMessage("TO", f"o{i}".encode())) for i in range(6)]
+    futures = [producer.send_async(OutMessage("TO", f"a{i}".encode())) for i in range(6)]
+    results = [f.result(20) for f in futures]
+    assert {r.status for r in results} == {SendStatus.SEND_OK}
+    sink = Sink()
+    r = runner(broker, "g-oneway", "TO", sink)
+    r.start()
+    try:
+        wait_for(lambda: sink.count() >= 12, 20, "12 messages")
+    finally:
+        r.shutdown()
+    expected = {i: f"o{n}".encode() for n, i in enumerate(oneway)}
+    expected.update({x.msg_id: f"a{n}".encode() for n, x in enumerate(results)})
+    assert {m.msg_id: m.body for _, m in sink.got} == expected
+    # a bad message is refused before anything is sent, by both
+    big = OutMessage("TO", b"x" * (ProducerSettings().max_message_size + 1))
+    with pytest.raises(SendError, match="exceeds"):
+        producer.send_oneway(big)
+    with pytest.raises(SendError, match="exceeds"):
+        producer.send_async(big).result(20)
 
 
 def test_orderly_send_uses_std_hash(broker: BrokerProcess, producer: Producer) -> None:
