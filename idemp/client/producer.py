@@ -235,8 +235,8 @@ class AsyncProducer:
     ) -> tuple[str, dict[str, str], int, dict[str, str], bytes, MessageQueue | None]:
         """A send's id, properties, request code, header, body and fixed queue."""
         props = msg.wire_properties()
-        uniq = self.ids.next_id()
-        props[Prop.UNIQ_KEY] = uniq
+        # kept when the message has one (a message sent again), as the Java client does
+        uniq = props.setdefault(Prop.UNIQ_KEY, self.ids.next_id())
         props.setdefault(Prop.WAIT, "true")
         sys_flag = 0
         if transactional:
@@ -342,8 +342,7 @@ class AsyncProducer:
             if m.delay_level > 0:
                 raise ValueError("batch messages may not be delayed")
             props = m.wire_properties()
-            uniq = self.ids.next_id()
-            props[Prop.UNIQ_KEY] = uniq
+            uniq = props.setdefault(Prop.UNIQ_KEY, self.ids.next_id())
             props.setdefault(Prop.WAIT, "true")
             ids.append(uniq)
             entries.append(BatchEntry(m.body, props, m.flag))

@@ -145,6 +145,22 @@ def test_oneway_and_async_sends(broker: BrokerProcess, producer: Producer) -> No
         producer.send_async(big).result(20)
 
 
+def test_a_message_sent_again_keeps_its_id(broker: BrokerProcess, producer: Producer) -> None:
+    """A UNIQ_KEY the message already has is kept (the Java client sets one only when
+    absent): a message sent again, a dead letter replayed, keeps the id consumers saw."""
+    first = producer.send(OutMessage("TK", b"x"))
+    again = producer.send(OutMessage("TK", b"x", properties={"UNIQ_KEY": first.msg_id}))
+    assert again.msg_id == first.msg_id and again.offset_msg_id != first.offset_msg_id
+    sink = Sink()
+    r = runner(broker, "g-keep", "TK", sink)
+    r.start()
+    try:
+        wait_for(lambda: sink.count() >= 2, 20, "2 messages")
+    finally:
+        r.shutdown()
+    assert [m.msg_id for _, m in sink.got] == [first.msg_id] * 2
+
+
 def test_orderly_send_uses_std_hash(broker: BrokerProcess, producer: Producer) -> None:
     for i in range(40):
         key = f"key-{i % 9}"
