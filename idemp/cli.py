@@ -69,6 +69,11 @@ def build_parser() -> argparse.ArgumentParser:
     admin_tool.add_arguments(
         sub.add_parser("admin", help="create topics and groups on a broker (as mqadmin)")
     )
+    from idemp.tools import dlq as dlq_tool
+
+    dlq_tool.add_arguments(
+        sub.add_parser("dlq", help="list a group's dead letters, or send them back to it")
+    )
     from idemp import worker
 
     worker.add_arguments(
@@ -110,6 +115,10 @@ def main(argv: list[str] | None = None) -> int:
         from idemp.tools.admin import run as run_admin
 
         return run_admin(args)
+    if args.command == "dlq":
+        from idemp.tools.dlq import run as run_dlq
+
+        return run_dlq(args)
     if args.command == "worker":
         from idemp.worker import run as run_worker
 

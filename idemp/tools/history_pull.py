@@ -129,9 +129,11 @@ class HistoryPuller:
             stop = min(hi, found + 1 + SEARCH_MARGIN)
         return start, max(start, stop)
 
-    def pull(self, mq: MessageQueue, start: int, stop: int) -> Iterator[MessageExt]:
-        """The records at queue offsets [start, stop), as stored (bodies not
-        decompressed), without committing, suspending or heartbeating."""
+    def pull(
+        self, mq: MessageQueue, start: int, stop: int, *, decompress: bool = False
+    ) -> Iterator[MessageExt]:
+        """The records at queue offsets [start, stop), as stored (bodies decompressed
+        only if asked), without committing, suspending or heartbeating."""
         offset = start
         while offset < stop:
             ext = {
@@ -150,7 +152,7 @@ class HistoryPuller:
             resp = self._request(mq, RequestCode.PULL_MESSAGE, ext)
             nxt = int(resp.ext_fields.get("nextBeginOffset", offset))
             if resp.code == ResponseCode.SUCCESS:
-                for msg in decode_messages(resp.body, decompress=False):
+                for msg in decode_messages(resp.body, decompress=decompress):
                     if start <= msg.queue_offset < stop:
                         yield msg
             elif resp.code == ResponseCode.PULL_NOT_FOUND:

@@ -1,0 +1,122 @@
+"""``idemp dlq``: a group's dead letters listed, and sent back to that group only."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+
+from idemp.broker.process import BrokerProcess
+from idemp.client import ClientSettings, ConsumeFrom, ConsumerSettings, OutMessage, Producer
+from idemp.message import ConsumeResult, Message
+from idemp.runners import ConcurrentRunner
+from idemp.tools.dlq import dead_letters
+from tests.client.conftest import broker, make_broker, wait_for  # noqa: F401 - fixtures
+
+DLQ = [sys.executable, "-m", "idemp", "dlq"]
+
+
+def _dlq(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*DLQ, *args], capture_output=True, text=True, timeout=60)
+
+
+class Listener:
+    """Dead-letters the messages whose body starts with ``bad`` while ``broken``."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.broken = True
+        self.got: list[Message] = []
+
+    def __call__(self, msg: Message) -> ConsumeResult:
+        with self.lock:
+            self.got.append(msg)
+            if self.broken and msg.body.startswith(b"bad"):
+                return ConsumeResult.DEAD_LETTER
+        return ConsumeResult.SUCCESS
+
+    def bodies(self) -> list[bytes]:
+        with self.lock:
+            return [m.body for m in self.got]
+
+
+def _runner(broker: BrokerProcess, group: str, listener: Listener) -> ConcurrentRunner:  # noqa: F811
+    r = ConcurrentRunner(
+        listener,
+        settings=ConsumerSettings(group=group, consume_from=ConsumeFrom.FIRST_OFFSET),
+        client=ClientSettings(namesrv_addr=broker.namesrv_addr, rebalance_interval=1.0),
+    )
+    r.subscribe("Bills")
+    return r
+
+
+def test_dead_letters_are_listed_and_replayed_to_their_group_only(
+    broker: BrokerProcess,  # noqa: F811
+) -> None:
+    ns = broker.namesrv_addr
+    assert _dlq("list", "--namesrv", ns, "--group", "billing").stdout == (
+        "no dead letters of billing\n"
+    )
+    with Producer(ns, "bills") as producer:
+        sent = [
+            producer.send(
+                OutMessage("Bills", body, tags="b", keys=[f"k{n}"], properties={"amount": str(n)})
+            )
+            for n, body in enumerate([b"good 0", b"bad 1", b"bad 2"])
+        ]
+    billing, audit = Listener(), Listener()
+    audit.broken = False  # another group of the topic: it must not see the replays
+    runners = [_runner(broker, "billing", billing), _runner(broker, "audit", audit)]
+    for r in runners:
+        r.start()
+    try:
+        wait_for(lambda: len(billing.got) == 3 and len(audit.got) == 3, 30, "first deliveries")
+        # the runner sends a dead letter back after its listener returned
+        wait_for(lambda: len(dead_letters(ns, "billing")) == 2, 30, "two dead letters", 0.2)
+        listed = _dlq("list", "--namesrv", ns, "--group", "billing", "--json")
+        rows = [json.loads(line) for line in listed.stdout.splitlines()]
+        assert [(r["offset"], r["msg_id"], r["topic"], r["keys"], r["tags"]) for r in rows] == [
+            (0, sent[1].msg_id, "Bills", ["k1"], "b"),
+            (1, sent[2].msg_id, "Bills", ["k2"], "b"),
+        ]
+        assert [r["body"] for r in rows] == ["bad 1", "bad 2"]
+
+        billing.broken = False  # the cause is fixed: the operator replays one, then all
+        one = _dlq("replay", "--namesrv", ns, "--group", "billing", "--msg-id", sent[2].msg_id)
+        assert one.returncode == 0 and one.stdout.startswith(
+            f"replayed {sent[2].msg_id} (Bills) to %RETRY%billing at offset "
+        ), one.stderr
+        wait_for(lambda: len(billing.got) == 4, 30, "the replayed message")
+        again = billing.got[3]
+        assert (again.topic, again.msg_id, again.keys, again.tags, again.body) == (
+            "Bills",
+            sent[2].msg_id,
+            ("k2",),
+            "b",
+            b"bad 2",
+        )
+        assert (again.properties["amount"], again.reconsume_times) == ("2", 0)
+
+        rest = _dlq("replay", "--namesrv", ns, "--group", "billing", "--from-offset", "0")
+        assert rest.returncode == 0 and len(rest.stdout.splitlines()) == 2, rest.stderr
+        wait_for(lambda: len(billing.got) == 6, 30, "both dead letters again")
+        assert sorted(billing.bodies()[4:]) == [b"bad 1", b"bad 2"]
+
+        missing = _dlq("replay", "--namesrv", ns, "--group", "billing", "--msg-id", "NOSUCH")
+        assert (missing.returncode, missing.stdout) == (1, "")
+        assert missing.stderr == "idemp dlq: not in %DLQ%billing: NOSUCH; nothing sent\n"
+    finally:
+        for r in runners:
+            r.shutdown()
+    assert len(audit.got) == 3  # the replays went to billing's retry topic only
+    # the dead letters stay where they were
+    assert (
+        len(_dlq("list", "--namesrv", ns, "--group", "billing", "--json").stdout.splitlines()) == 2
+    )
+
+
+def test_replay_needs_a_choice() -> None:
+    done = _dlq("replay", "--namesrv", "127.0.0.1:1", "--group", "g")
+    assert done.returncode == 2
+    assert "one of the arguments --msg-id --from-offset --all is required" in done.stderr
