@@ -59,6 +59,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--ready-file",
         help="write the HTTP port and the pid here once ready (for process supervisors)",
     )
+    p.add_argument(
+        "--reload",
+        action="store_true",
+        help="development: restart the worker when a .py or .toml file changes "
+        "(needs the reload extra, watchfiles)",
+    )
+    p.add_argument(
+        "--reload-dir",
+        action="append",
+        metavar="DIR",
+        help="with --reload: a directory to watch (repeatable; default the current one)",
+    )
 
 
 class JsonFormatter(logging.Formatter):
@@ -149,13 +161,21 @@ def serve_http(app: App, host: str, port: int, metrics: Metrics | None) -> Threa
     return server
 
 
-def run(args: argparse.Namespace) -> int:
+def configure_logging(args: argparse.Namespace) -> None:
     handler = logging.StreamHandler(sys.stderr)
     if args.log_format == "json":
         handler.setFormatter(JsonFormatter())
     else:
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
     logging.basicConfig(level=args.log_level.upper(), handlers=[handler], force=True)
+
+
+def run(args: argparse.Namespace) -> int:
+    configure_logging(args)
+    if getattr(args, "reload", False):
+        from idemp.reload import run_reloading
+
+        return run_reloading(args)
     try:
         app = load_app(args.app)
         if args.namesrv:

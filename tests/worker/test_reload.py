@@ -1,0 +1,115 @@
+"""``idemp worker --reload``: a changed listener module restarts the worker gracefully
+(the old one commits what it handled, the new one goes on from there), a broken edit
+waits for the next, and SIGTERM stops both processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from idemp.broker.process import BrokerProcess
+from idemp.client import OutMessage, Producer
+from tests.client.conftest import wait_for
+
+ROOT = Path(__file__).resolve().parents[2]
+
+SERVICE = """
+import sys
+from idemp import App, Message
+from idemp.client import ConsumeFrom
+
+app = App("reloading")
+
+
+@app.listener("Reloads", group="reloads", key="keys", consume_from=ConsumeFrom.FIRST_OFFSET)
+def on_message(message: Message) -> None:
+    sys.stdout.write("VERSION " + message.keys[0] + "\\n")
+    sys.stdout.flush()
+"""
+
+
+def _send(broker: BrokerProcess, key: str) -> None:
+    with Producer(broker.namesrv_addr, "reload-producer") as producer:
+        producer.send(OutMessage("Reloads", b"{}", keys=[key]))
+
+
+def test_a_changed_module_restarts_the_worker(tmp_path: Path) -> None:
+    app_dir = tmp_path / "svc"
+    app_dir.mkdir()
+    module = app_dir / "service.py"
+    module.write_text(SERVICE.replace("VERSION", "v1"))
+    ready = tmp_path / "ready.json"
+    out, err = tmp_path / "worker.out", tmp_path / "worker.err"
+    with BrokerProcess(tmp_path / "store") as broker:
+        _send(broker, "k1")  # the topic exists before the worker starts
+        env = dict(
+            os.environ,
+            IDEMP_NAMESRV=broker.namesrv_addr,
+            IDEMP_BACKEND=f"sqlite:///{tmp_path / 'dedup.db'}",
+            PYTHONPATH=str(ROOT),
+        )
+        cmd = [sys.executable, "-m", "idemp", "worker", "service:app", "--reload"]
+        cmd += ["--ready-file", str(ready), "--shutdown-timeout", "10"]
+        with open(out, "w") as out_f, open(err, "w") as err_f:
+            proc = subprocess.Popen(cmd, cwd=app_dir, env=env, stdout=out_f, stderr=err_f)
+        try:
+
+            def pid() -> int | None:
+                text = ready.read_text() if ready.exists() else ""
+                return json.loads(text)["pid"] if text else None
+
+            first = wait_for(pid, 60, "the first worker")  # (handling may come first)
+            assert first != proc.pid  # the worker is a child of the reloader
+            wait_for(lambda: "v1 k1" in out.read_text(), 60, "v1 to handle k1")
+
+            module.write_text(SERVICE.replace("VERSION", "v2"))
+            second = wait_for(lambda: pid() not in (None, first) and pid(), 60, "a new worker")
+            _send(broker, "k2")
+            wait_for(lambda: "v2 k2" in out.read_text(), 60, "v2 to handle k2")
+            # the old worker committed k1 before it stopped: the new one did not see it
+            assert out.read_text().splitlines() == ["v1 k1", "v2 k2"]
+
+            module.write_text("def broken(:\n")  # the new worker fails to start...
+            wait_for(lambda: "exited with code 2" in err.read_text(), 60, "the broken module")
+            module.write_text(SERVICE.replace("VERSION", "v3"))  # ...and the next edit runs
+            third = wait_for(
+                lambda: pid() not in (None, first, second) and pid(), 60, "a third worker"
+            )
+            _send(broker, "k3")
+            wait_for(lambda: "v3 k3" in out.read_text(), 60, "v3 to handle k3")
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            code = proc.wait(60)
+        log = err.read_text()
+        assert code == 0, log
+        assert out.read_text().splitlines() == ["v1 k1", "v2 k2", "v3 k3"]
+        assert log.count("event=reload changed=") == 3
+        # each worker stopped as SIGTERM stops one: handlers done, offsets committed
+        assert log.count("event=stopped app=reloading") == 3, log
+        try:
+            os.kill(third, 0)
+        except ProcessLookupError:
+            pass  # the last worker is gone with the reloader
+        else:
+            raise AssertionError(f"worker {third} outlived the reloader")
+
+
+def test_reload_without_watchfiles_says_how_to_get_it(tmp_path: Path) -> None:
+    # a module named watchfiles that cannot be imported stands for a missing install
+    (tmp_path / "watchfiles.py").write_text("raise ImportError('no watchfiles here')\n")
+    done = subprocess.run(
+        [sys.executable, "-m", "idemp", "worker", "service:app", "--reload"],
+        cwd=tmp_path,
+        env=dict(os.environ, PYTHONPATH=f"{tmp_path}{os.pathsep}{ROOT}"),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert done.stderr.strip().endswith(
+        "idemp worker: --reload needs watchfiles: pip install 'idemp[reload]'"
+    )
