@@ -61,33 +61,57 @@ def dead_letters(namesrv_addr: str, group: str) -> list[tuple[int, MessageExt]]:
     return sorted(out, key=lambda item: item[0])  # one queue (DLQ_NUMS_PER_GROUP)
 
 
-def resend_message(msg: MessageExt, group: str) -> OutMessage:
-    """The dead letter as a message to the group's retry topic."""
+def retry_route(msg: MessageExt, group: str) -> tuple[str, str]:
+    """(the retry topic a replay goes to, the dead letter's original topic).
+
+    A 4.x consumer's dead letter names its original topic in RETRY_TOPIC, and the group
+    reads ``%RETRY%<group>``. A RocketMQ 5 consumer (POP) reads ``%RETRY%<group>_<topic>``
+    instead (KeyBuilder's POP retry topic; ``+`` in its V2 form): RocketMQ 5.3.3 names
+    that topic in RETRY_TOPIC when the dead letter came from it, and idemp's broker marks
+    a popped retry with 1ST_POP_TIME and keeps the original topic."""
+    named = msg.properties.get(Prop.RETRY_TOPIC) or msg.topic
+    if named.startswith(RETRY_GROUP_TOPIC_PREFIX):
+        for prefix in (
+            f"{RETRY_GROUP_TOPIC_PREFIX}{group}+",
+            f"{RETRY_GROUP_TOPIC_PREFIX}{group}_",
+        ):
+            if named.startswith(prefix):
+                return named, named[len(prefix) :]
+        return named, named
+    if Prop.FIRST_POP_TIME in msg.properties:
+        return f"{RETRY_GROUP_TOPIC_PREFIX}{group}_{named}", named
+    return RETRY_GROUP_TOPIC_PREFIX + group, named
+
+
+def resend_message(msg: MessageExt, group: str, to: str | None = None) -> OutMessage:
+    """The dead letter as a message to the group's retry topic (or to ``to``)."""
+    target, _ = retry_route(msg, group)
     props = {k: v for k, v in msg.properties.items() if k not in _NOT_RESENT}
     # a dead letter always has its original topic; a message sent to the DLQ by hand
     # may not, and then its topic as stored is the best there is
     props.setdefault(Prop.RETRY_TOPIC, msg.topic)
     props.setdefault(Prop.ORIGIN_MESSAGE_ID, msg.offset_msg_id)
-    return OutMessage(RETRY_GROUP_TOPIC_PREFIX + group, msg.body, properties=props, flag=msg.flag)
+    return OutMessage(to or target, msg.body, properties=props, flag=msg.flag)
 
 
 def replay(
-    namesrv_addr: str, group: str, chosen: Sequence[MessageExt]
+    namesrv_addr: str, group: str, chosen: Sequence[MessageExt], to: str | None = None
 ) -> list[tuple[MessageExt, SendResult]]:
-    """Send ``chosen`` (dead letters of ``group``) to ``%RETRY%<group>``."""
+    """Send ``chosen`` (dead letters of ``group``) to the group's retry topic."""
     sent: list[tuple[MessageExt, SendResult]] = []
     with Producer(namesrv_addr, REPLAY_PRODUCER_GROUP) as producer:
         for msg in chosen:
-            sent.append((msg, producer.send(resend_message(msg, group))))
+            sent.append((msg, producer.send(resend_message(msg, group, to))))
     return sent
 
 
-def describe(offset: int, msg: MessageExt) -> dict[str, Any]:
+def describe(offset: int, msg: MessageExt, group: str) -> dict[str, Any]:
     body = msg.body.decode("utf-8", "replace")
+    _, original = retry_route(msg, group)
     return {
         "offset": offset,
         "msg_id": msg.uniq_key or msg.offset_msg_id,
-        "topic": msg.properties.get(Prop.RETRY_TOPIC, msg.topic),
+        "topic": original,
         "keys": msg.keys,
         "tags": msg.tags,
         "reconsume_times": msg.reconsume_times,
@@ -120,6 +144,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
             help="every dead letter from this DLQ queue offset on (as `list` shows them)",
         )
         which.add_argument("--all", action="store_true", help="every dead letter of the group")
+        one.add_argument(
+            "--to",
+            metavar="TOPIC",
+            help="send to this topic instead of the group's retry topic (which `replay` "
+            "picks: %%RETRY%%<group>, or a RocketMQ 5 consumer's %%RETRY%%<group>_<topic>)",
+        )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -147,17 +177,16 @@ def run(args: argparse.Namespace) -> int:
     if not chosen:
         print(f"no dead letters of {args.group} to replay")
         return 0
-    for msg, result in replay(args.namesrv, args.group, chosen):
+    for msg, result in replay(args.namesrv, args.group, chosen, args.to):
         print(
-            f"replayed {msg.uniq_key or msg.offset_msg_id} "
-            f"({msg.properties.get(Prop.RETRY_TOPIC, msg.topic)}) to "
-            f"{result.queue.topic} at offset {result.queue_offset}"
+            f"replayed {msg.uniq_key or msg.offset_msg_id} ({retry_route(msg, args.group)[1]}) "
+            f"to {result.queue.topic} at offset {result.queue_offset}"
         )
     return 0
 
 
 def _list(args: argparse.Namespace, letters: list[tuple[int, MessageExt]]) -> int:
-    rows = [describe(offset, msg) for offset, msg in letters]
+    rows = [describe(offset, msg, args.group) for offset, msg in letters]
     if args.json:
         for row in rows:
             print(json.dumps(row, ensure_ascii=False))

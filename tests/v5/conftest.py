@@ -130,24 +130,29 @@ class Endpoint5:
     # RocketMQ's default 10 s; idemp's broker is started with 2 s so that the tests that
     # wait for a message to become visible again do not idle
     invisible_s: int = 10
+    # the nameserver (idemp's broker; with IDEMP_V5_REAL a third address, RocketMQ's)
+    namesrv_addr: str = ""
 
 
 @pytest.fixture
 def broker5(make_broker: Callable[..., BrokerProcess]) -> Endpoint5:  # noqa: F811
     """idemp's broker, or with ``IDEMP_V5_REAL=<proxy grpc host:port>,<broker host:port>``
-    a running RocketMQ 5 (../shared/realrmq5): the same tests, to check them on the real
-    thing. Topic and group names are unique per test, so a shared server does not leak.
-    (On RocketMQ a receive right after a SimpleConsumer's start may fail with 50001
-    "settings is null" before its Telemetry settings arrive; idemp answers it with the
-    group's defaults instead of failing.)"""
+    (``,<nameserver host:port>`` for the tests that need one) a running RocketMQ 5
+    (../shared/realrmq5): the same tests, to check them on the real thing. Topic and
+    group names are unique per test, so a shared server does not leak. (On RocketMQ a
+    receive right after a SimpleConsumer's start may fail with 50001 "settings is null"
+    before its Telemetry settings arrive; idemp answers it with the group's defaults
+    instead of failing.)"""
     real = os.environ.get("IDEMP_V5_REAL")
     if real:
-        grpc_addr, broker_addr = real.split(",")
-        return Endpoint5(grpc_addr, broker_addr, True)
+        grpc_addr, broker_addr, *namesrv = real.split(",")
+        return Endpoint5(grpc_addr, broker_addr, True, namesrv_addr="".join(namesrv))
     # transaction checks every 5 s instead of 4.9.7's 60 s (RocketMQ 5.3.3: 30 s), so the
     # check-back test does not idle; the shortest invisible time 2 s (see Endpoint5)
     broker = make_broker(transactionCheckInterval=5000, minInvisibleTimeMillsForRecv=2000)
-    return Endpoint5(broker.grpc_addr, broker.broker_addr, False, invisible_s=2)
+    return Endpoint5(
+        broker.grpc_addr, broker.broker_addr, False, invisible_s=2, namesrv_addr=broker.namesrv_addr
+    )
 
 
 @pytest.fixture
