@@ -11,7 +11,8 @@ Vocabulary (docs/reconcile.md has the long form):
   ``message`` rows in T (one per producer send; a producer retry is a second row with
   a new msgId) — counted for every subscribed group; ``retry`` rows in ``%RETRY%G``
   whose ``retry_topic`` is T (a redelivery after RECONSUME_LATER, same KEYS);
-  ``dlq`` rows in ``%DLQ%G`` whose ``retry_topic`` is T; ``scheduled`` rows waiting in
+  ``dlq`` rows in ``%DLQ%G`` whose ``retry_topic`` is T (RocketMQ 5: or ``%RETRY%G_T``,
+  the POP retry topic it came from); ``scheduled`` rows waiting in
   the delay topic, aimed at ``%RETRY%G`` (a retry in flight) or at T itself (a delayed
   send). Half, op and system rows are never attributed.
 * **Deliveries** = messages + retry copies. A copy is **committed** when its queue
@@ -148,18 +149,26 @@ def attributed_history(
 
     history = _without_recalled(history)
     kind, topic, real = F.col("kind"), F.col("topic"), F.col("real_topic")
+    retry_topic = F.col("retry_topic")
     sched_retry = (kind == "scheduled") & real.startswith(RETRY_PREFIX)
-    att_topic = (
-        F.when((kind == "message") & F.col("visible"), topic)
-        .when(kind.isin("retry", "dlq") | sched_retry, F.col("retry_topic"))
-        .when(kind == "scheduled", real)
-    )
     # a RocketMQ 5 POP retry lives in %RETRY%<group>_<topic>; its first pop's time tells
     # it from the 4.x retry topic of a group that happens to be named <group>_<topic>
     popped = (
         F.get_json_object("properties", f"$['{Prop.FIRST_POP_TIME}']").isNotNull()
         if "properties" in history.columns
         else F.lit(False)
+    )
+    # RocketMQ 5.3.3 names no topic in a POP retry copy (idemp's broker keeps the
+    # original in RETRY_TOPIC), and a dead letter that came from one names the POP retry
+    # topic: both are matched below against each subscription's POP retry topic names
+    pop_name = F.when(
+        (kind == "retry") & popped & (retry_topic.isNull() | (retry_topic == "")), topic
+    ).when((kind == "dlq") & retry_topic.startswith(RETRY_PREFIX), retry_topic)
+    att_topic = (
+        F.when(pop_name.isNotNull(), F.lit(None).cast("string"))
+        .when((kind == "message") & F.col("visible"), topic)
+        .when(kind.isin("retry", "dlq") | sched_retry, retry_topic)
+        .when(kind == "scheduled", real)
     )
     pop_retry = (
         (kind == "retry") & popped & topic.endswith(F.concat(F.lit("_"), F.col("retry_topic")))
@@ -190,13 +199,17 @@ def attributed_history(
         "body_sha256",
         "store_timestamp",
         key_expr(cfg.key_from).alias("key"),
-    ).where(F.col("att_topic").isNotNull())
+        pop_name.alias("pop_name"),
+    ).where(F.col("att_topic").isNotNull() | F.col("pop_name").isNotNull())
     s = F.broadcast(subs.select("group", "topic", "namespace"))
+    pop_v1 = F.concat(F.lit(RETRY_PREFIX), s.group, F.lit("_"), s.topic)
+    pop_v2 = F.concat(F.lit(RETRY_PREFIX), s.group, F.lit("+"), s.topic)  # enableRetryTopicV2
     joined = h.join(
         s,
-        (h.att_topic == s.topic) & (h.att_group.isNull() | (h.att_group == s.group)),
+        ((h.att_topic == s.topic) & (h.att_group.isNull() | (h.att_group == s.group)))
+        | (h.pop_name.isin(pop_v1, pop_v2) & ((h.role != "dlq") | (h.att_group == s.group))),
         "inner",
-    ).drop("att_topic", "att_group")
+    ).drop("att_topic", "att_group", "pop_name")
     o = F.broadcast(
         offsets.select(
             F.col("topic").alias("o_topic"),

@@ -173,3 +173,38 @@ def test_rocketmq5_pop_retries_and_timer_copies(spark: Any, tmp_path: Path) -> N
         "legacy": {"ok"},
         "timer-wait": {"pending"},
     }
+
+
+def test_rocketmq5_pop_retries_as_rocketmq_5_3_3_stores_them(spark: Any, tmp_path: Path) -> None:
+    """RocketMQ 5.3.3 (measured) writes no RETRY_TOPIC into a POP retry copy, and a dead
+    letter that came from one names that retry topic in RETRY_TOPIC: the copies are
+    matched to the subscription whose POP retry topic has that name, so a dead-lettered
+    key is not taken for lost."""
+    b = planted.Builder()
+    t, pop_retry, dlq = "t5", "%RETRY%g5_t5", "%DLQ%g5"
+    first_pop = {"1ST_POP_TIME": "1699920000000"}
+    mid = b.msg(t, "pop-dup", 0)
+    b.msg(pop_retry, "pop-dup", 0, kind="retry", msg_id=mid, extra_props=first_pop)
+    b.record("g5/t5", "pop-dup", "CONSUMED")
+    # failed on every delivery, then dead-lettered from its second POP retry copy
+    mid = b.msg(t, "poison", 1)
+    b.msg(pop_retry, "poison", 1, kind="retry", msg_id=mid, extra_props=first_pop)
+    b.msg(pop_retry, "poison", 2, kind="retry", msg_id=mid, extra_props=first_pop)
+    b.msg(dlq, "poison", 0, kind="dlq", msg_id=mid, retry_topic=pop_retry, extra_props=first_pop)
+    # received, failed, its retry not yet consumed: pending, not lost
+    mid = b.msg(t, "pop-wait", 2)
+    b.msg(pop_retry, "pop-wait", 3, kind="retry", msg_id=mid, extra_props=first_pop)
+    b.offsets = {"t5@g5": 100, "%RETRY%g5_t5@g5": 3}
+    paths = planted.write(b, tmp_path / "in", "parquet")
+    out = tmp_path / "out"
+    args = ["--history", paths["history"], "--records", paths["records"]]
+    args += ["--offsets", paths["offsets"], "--out", str(out)]
+    assert main([*args, "--as-of", str(planted.AS_OF), "--no-progress", "--no-html"]) == 0
+    keys = spark.read.parquet(str(out / "keys")).where("in_scope and key is not null")
+    names = list(planted.CLASS_COUNTS)
+    got = {r["key"]: {n for n in names if r[n]} for r in keys.collect()}
+    assert got == {
+        "pop-dup": {"duplicate_absorbed"},
+        "pop-wait": {"pending"},
+        "poison": {"dead_lettered"},
+    }
