@@ -108,6 +108,15 @@ def test_dead_letter_queue_after_the_last_attempt(
     assert [m.body for m in found] == [b"poison"]
     assert found[0].properties["UNIQ_KEY"] == sent["message_id"]
     assert found[0].properties["KEYS"] == "p1"
+    # as RocketMQ 5.3.3 writes them (measured): the dead letter names the topic of the
+    # copy that was due a third time, the POP retry topic, with one more reconsume; the
+    # retry copies themselves name no topic
+    assert found[0].properties["RETRY_TOPIC"] == f"%RETRY%{group}_{topic}"
+    assert found[0].reconsume_times == 3
+    with RawClient(broker5.broker_addr) as remoting:
+        retries = remoting.pull_messages(f"%RETRY%{group}_{topic}", 0)
+    assert [m.reconsume_times for m in retries] == [1, 2]
+    assert not [m for m in retries if "RETRY_TOPIC" in m.properties]
 
 
 def _broker_config(admin: RawClient, **values: str) -> None:

@@ -47,8 +47,6 @@ CLEAR_MS = 1000
 RENEW_AHEAD_MS = 10_000
 RENEW_SLICE_MS = 60_000
 RETRY_TOPIC = "1"
-DLQ_ORIGIN_TOPIC = "DLQ_ORIGIN_TOPIC"
-DLQ_ORIGIN_MESSAGE_ID = "DLQ_ORIGIN_MESSAGE_ID"
 
 
 def pop_retry_topic(group: str, topic: str) -> str:
@@ -548,9 +546,9 @@ class PopService:
         store = self.store
         dlq = store.topics.create_system(dlq_topic(group), 1, Perm.READ | Perm.WRITE)
         props = dict(msg.properties)
-        props[DLQ_ORIGIN_TOPIC] = topic
-        props[DLQ_ORIGIN_MESSAGE_ID] = msg.properties.get(Prop.UNIQ_KEY, msg.offset_msg_id)
-        props.setdefault(Prop.RETRY_TOPIC, topic)
+        # as RocketMQ 5.3.3's send-back (measured): the topic of the copy as stored (the
+        # POP retry topic for a retried message), and one more reconsume
+        props.setdefault(Prop.RETRY_TOPIC, msg.topic)
         props.pop(Prop.DELAY, None)
         props[Prop.WAIT] = "false"
         store.put(
@@ -563,7 +561,7 @@ class PopService:
                 sys_flag=msg.sys_flag,
                 born_timestamp=msg.born_timestamp,
                 born_host=msg.born_host,
-                reconsume_times=msg.reconsume_times,
+                reconsume_times=msg.reconsume_times + 1,
             ),
             keep_wait=True,
             apply_delay=False,
@@ -644,8 +642,7 @@ class PopService:
         retry = pop_retry_topic(group, topic)
         self._retry_of[retry] = topic
         cfg = self.store.topics.create_system(retry, 1, Perm.READ | Perm.WRITE)
-        props = dict(msg.properties)
-        props.setdefault(Prop.RETRY_TOPIC, topic)
+        props = dict(msg.properties)  # no RETRY_TOPIC: RocketMQ 5.3.3 writes none here
         props.setdefault(Prop.FIRST_POP_TIME, str(now))
         props.pop(Prop.DELAY, None)
         props[Prop.WAIT] = "false"
