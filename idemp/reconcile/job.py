@@ -158,9 +158,9 @@ def attributed_history(
         if "properties" in history.columns
         else F.lit(False)
     )
-    # RocketMQ 5.3.3 names no topic in a POP retry copy (idemp's broker keeps the
-    # original in RETRY_TOPIC), and a dead letter that came from one names the POP retry
-    # topic: both are matched below against each subscription's POP retry topic names
+    # RocketMQ 5.3.3 names no topic in a POP retry copy (nor does idemp's broker; before
+    # 2026-11-27 it wrote the original), and a dead letter that came from one names the
+    # POP retry topic: both are matched below against each subscription's POP retry topics
     pop_name = F.when(
         (kind == "retry") & popped & (retry_topic.isNull() | (retry_topic == "")), topic
     ).when((kind == "dlq") & retry_topic.startswith(RETRY_PREFIX), retry_topic)

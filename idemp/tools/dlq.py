@@ -66,9 +66,10 @@ def retry_route(msg: MessageExt, group: str) -> tuple[str, str]:
 
     A 4.x consumer's dead letter names its original topic in RETRY_TOPIC, and the group
     reads ``%RETRY%<group>``. A RocketMQ 5 consumer (POP) reads ``%RETRY%<group>_<topic>``
-    instead (KeyBuilder's POP retry topic; ``+`` in its V2 form): RocketMQ 5.3.3 names
-    that topic in RETRY_TOPIC when the dead letter came from it, and idemp's broker marks
-    a popped retry with 1ST_POP_TIME and keeps the original topic."""
+    instead (KeyBuilder's POP retry topic; ``+`` in its V2 form), and its dead letter
+    names that topic in RETRY_TOPIC when it came from there (RocketMQ 5.3.3, and idemp's
+    broker since 2026-11-27; before, idemp's named the original topic, and 1ST_POP_TIME
+    tells such a dead letter from a 4.x one)."""
     named = msg.properties.get(Prop.RETRY_TOPIC) or msg.topic
     if named.startswith(RETRY_GROUP_TOPIC_PREFIX):
         for prefix in (
