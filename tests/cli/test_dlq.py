@@ -11,7 +11,7 @@ from idemp.broker.process import BrokerProcess
 from idemp.client import ClientSettings, ConsumeFrom, ConsumerSettings, OutMessage, Producer
 from idemp.message import ConsumeResult, Message
 from idemp.runners import ConcurrentRunner
-from idemp.tools.dlq import dead_letters
+from idemp.tools.dlq import dead_letters, retry_route
 from tests.client.conftest import broker, make_broker, wait_for  # noqa: F401 - fixtures
 
 DLQ = [sys.executable, "-m", "idemp", "dlq"]
@@ -120,3 +120,19 @@ def test_replay_needs_a_choice() -> None:
     done = _dlq("replay", "--namesrv", "127.0.0.1:1", "--group", "g")
     assert done.returncode == 2
     assert "one of the arguments --msg-id --from-offset --all is required" in done.stderr
+
+
+def test_the_retry_topic_a_replay_goes_to() -> None:
+    """4.x groups read %RETRY%<group>; RocketMQ 5 (POP) groups their POP retry topic,
+    which their dead letters name (V1 and V2 forms), or, as idemp's broker wrote them
+    before 2026-11-27, a popped dead letter naming its original topic."""
+    from idemp.remoting import MessageExt
+
+    def route(**props: str) -> tuple[str, str]:
+        return retry_route(MessageExt("%DLQ%g", properties=props), "g")
+
+    assert route(RETRY_TOPIC="Bills") == ("%RETRY%g", "Bills")
+    assert route(RETRY_TOPIC="%RETRY%g_Bills") == ("%RETRY%g_Bills", "Bills")
+    assert route(RETRY_TOPIC="%RETRY%g+Bills") == ("%RETRY%g+Bills", "Bills")
+    assert route(RETRY_TOPIC="Bills", **{"1ST_POP_TIME": "1"}) == ("%RETRY%g_Bills", "Bills")
+    assert route() == ("%RETRY%g", "%DLQ%g")  # sent to the DLQ by hand: no better name
