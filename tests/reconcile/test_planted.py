@@ -159,15 +159,7 @@ def test_rocketmq5_pop_retries_and_timer_copies(spark: Any, tmp_path: Path) -> N
     mid = b.msg(timer, "timer-recalled", 1, kind="scheduled", real_topic=t)
     b.msg(timer, None, 2, kind="system", extra_props={"TIMER_DEL_UNIQKEY": f"{t}+{mid}"})
     b.offsets = {"t5@g5": 100, "%RETRY%g5_t5@g5": 1}
-    paths = planted.write(b, tmp_path / "in", "parquet")
-    out = tmp_path / "out"
-    args = ["--history", paths["history"], "--records", paths["records"]]
-    args += ["--offsets", paths["offsets"], "--out", str(out)]
-    assert main([*args, "--as-of", str(planted.AS_OF), "--no-progress", "--no-html"]) == 0
-    keys = spark.read.parquet(str(out / "keys")).where("in_scope and key is not null")
-    names = list(planted.CLASS_COUNTS)
-    got = {r["key"]: {n for n in names if r[n]} for r in keys.collect()}
-    assert got == {
+    assert _classes_of_keys(spark, b, tmp_path) == {
         "pop-dup": {"duplicate_absorbed"},
         "pop-wait": {"pending"},
         "legacy": {"ok"},
@@ -195,6 +187,15 @@ def test_rocketmq5_pop_retries_as_rocketmq_5_3_3_stores_them(spark: Any, tmp_pat
     mid = b.msg(t, "pop-wait", 2)
     b.msg(pop_retry, "pop-wait", 3, kind="retry", msg_id=mid, extra_props=first_pop)
     b.offsets = {"t5@g5": 100, "%RETRY%g5_t5@g5": 3}
+    assert _classes_of_keys(spark, b, tmp_path) == {
+        "pop-dup": {"duplicate_absorbed"},
+        "pop-wait": {"pending"},
+        "poison": {"dead_lettered"},
+    }
+
+
+def _classes_of_keys(spark: Any, b: planted.Builder, tmp_path: Path) -> dict[str, set[str]]:
+    """Reconcile what ``b`` planted (exit 0 expected); each keyed row's classes."""
     paths = planted.write(b, tmp_path / "in", "parquet")
     out = tmp_path / "out"
     args = ["--history", paths["history"], "--records", paths["records"]]
@@ -202,9 +203,4 @@ def test_rocketmq5_pop_retries_as_rocketmq_5_3_3_stores_them(spark: Any, tmp_pat
     assert main([*args, "--as-of", str(planted.AS_OF), "--no-progress", "--no-html"]) == 0
     keys = spark.read.parquet(str(out / "keys")).where("in_scope and key is not null")
     names = list(planted.CLASS_COUNTS)
-    got = {r["key"]: {n for n in names if r[n]} for r in keys.collect()}
-    assert got == {
-        "pop-dup": {"duplicate_absorbed"},
-        "pop-wait": {"pending"},
-        "poison": {"dead_lettered"},
-    }
+    return {r["key"]: {n for n in names if r[n]} for r in keys.collect()}
