@@ -198,6 +198,9 @@ def test_a_4x_and_a_5x_client_see_each_others_messages(
     assert m5.properties["TAGS"] == "T5"
     assert m5.properties["KEYS"] == "c"
     assert m5.properties["size"] == "L"
+    # stored with the broker's region and trace switch (RocketMQ 5.3.3; 4.9.7 does not)
+    assert (m5.properties["MSG_REGION"], m5.properties["TRACE_ON"]) == ("DefaultRegion", "true")
+    assert m5.properties["CLUSTER"] == "DefaultCluster"
 
 
 def test_change_invisible_duration(
