@@ -22,10 +22,12 @@ STATE_FILE = "delayOffset.json"
 MAX_IDLE_WAIT_S = 5.0
 
 
-def restore_real(store: MessageStore, msg: MessageExt, who: str) -> None:
+def restore_real(
+    store: MessageStore, msg: MessageExt, who: str, added: dict[str, str] | None = None
+) -> None:
     """Store a parked message (a delay level's or a timer's) again under its real topic
-    and queue (REAL_TOPIC/REAL_QID). The stored property string keeps DELAY/REAL_*, as
-    RocketMQ's does."""
+    and queue (REAL_TOPIC/REAL_QID), with the ``added`` properties. The stored property
+    string keeps DELAY/REAL_*, as RocketMQ's does."""
     real_topic = msg.properties.get(Prop.REAL_TOPIC)
     if not real_topic:
         log.warning("%s: message at %d has no REAL_TOPIC; dropped", who, msg.commit_log_offset)
@@ -39,7 +41,7 @@ def restore_real(store: MessageStore, msg: MessageExt, who: str) -> None:
         queue_id=real_qid,
         body=msg.body,
         flag=msg.flag,
-        properties=dict(msg.properties),
+        properties={**msg.properties, **(added or {})},
         sys_flag=msg.sys_flag,
         born_timestamp=msg.born_timestamp,
         born_host=msg.born_host,

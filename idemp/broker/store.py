@@ -33,6 +33,22 @@ DELETED_TOPICS = "deletedTopics.json"
 # RocketMQ 5's timer messages (a delivery time to the millisecond, not a delay level)
 # wait in this topic; its consume queue's tags code is the delivery time.
 TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
+# what RocketMQ 5's timer wheel writes into a timer message: its slot when parked, the
+# wheel's time (whole seconds) when it entered, and when it was delivered
+TIMER_OUT_MS = "TIMER_OUT_MS"
+TIMER_ENQUEUE_MS = "TIMER_ENQUEUE_MS"
+TIMER_DEQUEUE_MS = "TIMER_DEQUEUE_MS"
+TIMER_PRECISION_MS = 1000  # timerPrecisionMs
+
+
+def timer_slot(deliver_ms: int) -> int:
+    """HookUtils.transformTimerMessage: the delivery time down to the wheel's precision
+    (a time on a slot's edge belongs to the slot before)."""
+    if deliver_ms % TIMER_PRECISION_MS == 0:
+        return deliver_ms - TIMER_PRECISION_MS
+    return deliver_ms // TIMER_PRECISION_MS * TIMER_PRECISION_MS
+
+
 log = logging.getLogger("idemp.broker.store")
 
 # RocketMQ scans at most 16000 bytes of consume queue (800 entries) per pull.
@@ -226,6 +242,7 @@ class MessageStore:
             and tran in (MessageSysFlag.TRANSACTION_NOT_TYPE, MessageSysFlag.TRANSACTION_COMMIT)
             and _future_ms(msg.properties[TIMER_DELIVER_MS])
         ):
+            msg.properties[TIMER_OUT_MS] = str(timer_slot(int(msg.properties[TIMER_DELIVER_MS])))
             msg.properties[Prop.REAL_TOPIC] = msg.topic
             msg.properties[Prop.REAL_QID] = str(msg.queue_id)
             msg.topic = TIMER_TOPIC

@@ -25,7 +25,7 @@ from idemp.remoting.codes import Prop
 from idemp.waiting import within
 
 from .schedule import restore_real
-from .store import TIMER_TOPIC
+from .store import TIMER_DEQUEUE_MS, TIMER_ENQUEUE_MS, TIMER_PRECISION_MS, TIMER_TOPIC
 
 if TYPE_CHECKING:
     from .context import Broker
@@ -92,7 +92,10 @@ class TimerService:
             if self.recalled.pop(key, None) is not None:
                 log.info("timer: %s recalled, not delivered", key)
                 continue
-            restore_real(store, msg, "timer")
+            # TimerMessageStore.convert: the wheel's time it entered at, and now
+            enqueued = msg.store_timestamp // TIMER_PRECISION_MS * TIMER_PRECISION_MS
+            stamps = {TIMER_ENQUEUE_MS: str(enqueued), TIMER_DEQUEUE_MS: str(now_ms)}
+            restore_real(store, msg, "timer", stamps)
             count += 1
         if self.recalled:
             stale = [k for k, when in self.recalled.items() if when < now_ms - RECALL_KEEP_MS]

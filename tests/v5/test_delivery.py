@@ -40,6 +40,17 @@ def test_delivery_time_is_kept(
     assert got[0]["delivery_timestamp"] == target_s * 1000  # and reports milliseconds
     assert got[0]["wall"] >= target_s
     assert got[0]["wall"] < target_s + 3
+    # as a 4.x pull sees it, with what RocketMQ 5.3.3's timer wheel writes (measured):
+    # its slot (a time on a second's edge belongs to the second before), the wheel's
+    # time it entered at (whole seconds), and when it left
+    (pulled,) = [m for q in range(4) for m in admin.pull_messages(topic, q)]
+    props = pulled.properties
+    assert props["TIMER_DELIVER_MS"] == str(target_s * 1000)
+    assert props["TIMER_OUT_MS"] == str(target_s * 1000 - 1000)
+    entered, left = int(props["TIMER_ENQUEUE_MS"]), int(props["TIMER_DEQUEUE_MS"])
+    assert entered % 1000 == 0 and target_s * 1000 - 6000 <= entered < target_s * 1000
+    assert target_s * 1000 <= left < target_s * 1000 + 3000
+    assert (props["REAL_TOPIC"], pulled.topic) == (topic, topic)
 
 
 def test_transaction_commit_rollback_and_check(
