@@ -26,7 +26,8 @@ KILL_GRACE_S = 5.0
 
 
 def child_command(args: argparse.Namespace) -> list[str]:
-    """The worker's command line without ``--reload``: every option the parser knows."""
+    """The worker's command line without ``--reload``: every option of the worker's
+    parser (a test parses this back and compares, so a new option cannot be left out)."""
     cmd = [sys.executable, "-m", "idemp", "worker", args.app]
     for flag, value in (
         ("--namesrv", args.namesrv),
@@ -56,15 +57,18 @@ def run_reloading(args: argparse.Namespace) -> int:
     dirs = args.reload_dir or ["."]
     cmd = child_command(args)
     stop = threading.Event()
+    children = [_start(cmd)]
 
     def on_signal(signum: int, frame: Any) -> None:
+        if stop.is_set():  # a second signal: passed on, the worker then exits at once
+            children[-1].send_signal(signal.SIGTERM)
+            return
         log.info("idemp event=stopping signal=%s (reloader)", signal.Signals(signum).name)
         stop.set()
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     log.info("idemp event=watching dirs=%s", ",".join(dirs))
-    child = _start(cmd)
     for changes in watch(
         *dirs,
         watch_filter=PythonFilter(extra_extensions=(".toml",)),
@@ -73,9 +77,10 @@ def run_reloading(args: argparse.Namespace) -> int:
     ):
         changed = sorted({path for _, path in changes})
         log.info("idemp event=reload changed=%s", ",".join(changed))
-        _stop(child, args.shutdown_timeout)
-        child = _start(cmd)
-    return _stop(child, args.shutdown_timeout)
+        _stop(children[-1], args.shutdown_timeout)
+        children.append(_start(cmd))
+        del children[:-1]
+    return _stop(children[-1], args.shutdown_timeout)
 
 
 def _start(cmd: list[str]) -> subprocess.Popen[bytes]:

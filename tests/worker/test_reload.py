@@ -113,3 +113,75 @@ def test_reload_without_watchfiles_says_how_to_get_it(tmp_path: Path) -> None:
     assert done.stderr.strip().endswith(
         "idemp worker: --reload needs watchfiles: pip install 'idemp[reload]'"
     )
+
+
+def test_the_child_gets_every_option_but_reload() -> None:
+    """Every worker option given to the reloader reaches its child: the child's command
+    line, parsed by the worker's own parser, gives back the same options."""
+    import argparse
+
+    from idemp import worker
+    from idemp.reload import child_command
+
+    parser = argparse.ArgumentParser()
+    worker.add_arguments(parser)
+    given = ["svc:app", "--namesrv", "n:1", "--endpoint", "e:2", "--http-port", "0"]
+    given += ["--http-host", "0.0.0.0", "--shutdown-timeout", "7.5", "--log-format", "json"]
+    given += ["--log-level", "DEBUG", "--ready-file", "r.json", "--reload", "--reload-dir", "d"]
+    args = parser.parse_args(given)
+    every = {a.dest for a in parser._actions if a.dest != "help"}
+    assert every == set(vars(args))  # each option of the parser is given above
+    cmd = child_command(args)
+    assert cmd[:4] == [sys.executable, "-m", "idemp", "worker"]
+    back = vars(parser.parse_args(cmd[4:]))
+    want = vars(args) | {"reload": False, "reload_dir": None}
+    assert back == want
+
+
+SLOW = """
+import sys, time
+from idemp import App, Message
+from idemp.client import ConsumeFrom
+
+app = App("reloading")
+
+
+@app.listener("Reloads", group="reloads", key="keys", consume_from=ConsumeFrom.FIRST_OFFSET)
+def on_message(message: Message) -> None:
+    sys.stdout.write("started\\n")
+    sys.stdout.flush()
+    time.sleep(120)  # still running when the signals come
+"""
+
+
+def test_a_second_signal_reaches_the_worker(tmp_path: Path) -> None:
+    """Ctrl-C twice: the first stops the worker gracefully (it waits for the handler),
+    the second is passed on, and the worker exits at once (code 1, as without --reload)."""
+    app_dir = tmp_path / "svc"
+    app_dir.mkdir()
+    (app_dir / "service.py").write_text(SLOW)
+    out, err = tmp_path / "worker.out", tmp_path / "worker.err"
+    with BrokerProcess(tmp_path / "store") as broker:
+        _send(broker, "k1")
+        env = dict(
+            os.environ,
+            IDEMP_NAMESRV=broker.namesrv_addr,
+            IDEMP_BACKEND=f"sqlite:///{tmp_path / 'dedup.db'}",
+            PYTHONPATH=str(ROOT),
+        )
+        cmd = [sys.executable, "-m", "idemp", "worker", "service:app", "--reload"]
+        cmd += ["--shutdown-timeout", "120"]
+        with open(out, "w") as out_f, open(err, "w") as err_f:
+            proc = subprocess.Popen(cmd, cwd=app_dir, env=env, stdout=out_f, stderr=err_f)
+        try:
+            wait_for(lambda: "started" in out.read_text(), 60, "the slow handler")
+            proc.send_signal(signal.SIGINT)
+            wait_for(lambda: "event=stopping signal=SIGTERM\n" in err.read_text(), 30, "stop")
+            proc.send_signal(signal.SIGINT)
+            code = proc.wait(30)  # not the 120 s the handler would take
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(30)
+    assert code == 1, err.read_text()
+    assert "second signal, exiting now" in err.read_text()
