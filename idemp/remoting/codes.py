@@ -218,6 +218,14 @@ TRANS_OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
 TRANS_CHECK_MAX_TIME_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
 RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
 DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
+
+
+def pop_retry_topic(group: str, topic: str, v2: bool = False) -> str:
+    """Where a RocketMQ 5 (POP) consumer group's retries of ``topic`` wait
+    (KeyBuilder.buildPopRetryTopic; ``v2``: enableRetryTopicV2's ``+``)."""
+    return f"{RETRY_GROUP_TOPIC_PREFIX}{group}{'+' if v2 else '_'}{topic}"
+
+
 # TopicValidator.SYSTEM_TOPIC_PREFIX: every topic named so is the broker's own
 SYSTEM_TOPIC_PREFIX = "rmq_sys_"
 # RocketMQ 5's timer (TimerMessageStore.TIMER_TOPIC): messages sent with a delivery time

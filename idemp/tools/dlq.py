@@ -29,7 +29,12 @@ from typing import Any
 
 from idemp.client.producer import OutMessage, Producer, SendResult
 from idemp.remoting import MessageExt
-from idemp.remoting.codes import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX, Prop
+from idemp.remoting.codes import (
+    DLQ_GROUP_TOPIC_PREFIX,
+    RETRY_GROUP_TOPIC_PREFIX,
+    Prop,
+    pop_retry_topic,
+)
 from idemp.tools.history_pull import HistoryError, HistoryPuller, TimeRange
 
 #: what a broker or a pull adds to a stored message, dropped before it is sent again
@@ -72,15 +77,12 @@ def retry_route(msg: MessageExt, group: str) -> tuple[str, str]:
     tells such a dead letter from a 4.x one)."""
     named = msg.properties.get(Prop.RETRY_TOPIC) or msg.topic
     if named.startswith(RETRY_GROUP_TOPIC_PREFIX):
-        for prefix in (
-            f"{RETRY_GROUP_TOPIC_PREFIX}{group}+",
-            f"{RETRY_GROUP_TOPIC_PREFIX}{group}_",
-        ):
+        for prefix in (pop_retry_topic(group, "", v2=True), pop_retry_topic(group, "")):
             if named.startswith(prefix):
                 return named, named[len(prefix) :]
         return named, named
     if Prop.FIRST_POP_TIME in msg.properties:
-        return f"{RETRY_GROUP_TOPIC_PREFIX}{group}_{named}", named
+        return pop_retry_topic(group, named), named
     return RETRY_GROUP_TOPIC_PREFIX + group, named
 
 

@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-from idemp.remoting.codes import Prop
+from idemp.remoting.codes import Prop, pop_retry_topic
 from idemp.remoting.message import MessageExt, decode_message
 from idemp.waiting import within
 
@@ -47,11 +47,6 @@ CLEAR_MS = 1000
 RENEW_AHEAD_MS = 10_000
 RENEW_SLICE_MS = 60_000
 RETRY_TOPIC = "1"
-
-
-def pop_retry_topic(group: str, topic: str) -> str:
-    """RocketMQ's POP retry topic (``KeyBuilder.buildPopRetryTopicV1``)."""
-    return f"%RETRY%{group}_{topic}"
 
 
 class HandleError(Exception):
