@@ -37,6 +37,20 @@ def _send(broker: BrokerProcess, key: str) -> None:
         producer.send(OutMessage("Reloads", b"{}", keys=[key]))
 
 
+def _reloader(broker: BrokerProcess, tmp_path: Path, *options: str) -> subprocess.Popen[bytes]:
+    """``idemp worker service:app --reload`` in ``tmp_path/svc``, its output in
+    ``tmp_path/worker.out`` and ``worker.err``."""
+    env = dict(
+        os.environ,
+        IDEMP_NAMESRV=broker.namesrv_addr,
+        IDEMP_BACKEND=f"sqlite:///{tmp_path / 'dedup.db'}",
+        PYTHONPATH=str(ROOT),
+    )
+    cmd = [sys.executable, "-m", "idemp", "worker", "service:app", "--reload", *options]
+    with open(tmp_path / "worker.out", "w") as out, open(tmp_path / "worker.err", "w") as err:
+        return subprocess.Popen(cmd, cwd=tmp_path / "svc", env=env, stdout=out, stderr=err)
+
+
 def test_a_changed_module_restarts_the_worker(tmp_path: Path) -> None:
     app_dir = tmp_path / "svc"
     app_dir.mkdir()
@@ -46,16 +60,7 @@ def test_a_changed_module_restarts_the_worker(tmp_path: Path) -> None:
     out, err = tmp_path / "worker.out", tmp_path / "worker.err"
     with BrokerProcess(tmp_path / "store") as broker:
         _send(broker, "k1")  # the topic exists before the worker starts
-        env = dict(
-            os.environ,
-            IDEMP_NAMESRV=broker.namesrv_addr,
-            IDEMP_BACKEND=f"sqlite:///{tmp_path / 'dedup.db'}",
-            PYTHONPATH=str(ROOT),
-        )
-        cmd = [sys.executable, "-m", "idemp", "worker", "service:app", "--reload"]
-        cmd += ["--ready-file", str(ready), "--shutdown-timeout", "10"]
-        with open(out, "w") as out_f, open(err, "w") as err_f:
-            proc = subprocess.Popen(cmd, cwd=app_dir, env=env, stdout=out_f, stderr=err_f)
+        proc = _reloader(broker, tmp_path, "--ready-file", str(ready), "--shutdown-timeout", "10")
         try:
 
             def pid() -> int | None:
@@ -163,16 +168,7 @@ def test_a_second_signal_reaches_the_worker(tmp_path: Path) -> None:
     out, err = tmp_path / "worker.out", tmp_path / "worker.err"
     with BrokerProcess(tmp_path / "store") as broker:
         _send(broker, "k1")
-        env = dict(
-            os.environ,
-            IDEMP_NAMESRV=broker.namesrv_addr,
-            IDEMP_BACKEND=f"sqlite:///{tmp_path / 'dedup.db'}",
-            PYTHONPATH=str(ROOT),
-        )
-        cmd = [sys.executable, "-m", "idemp", "worker", "service:app", "--reload"]
-        cmd += ["--shutdown-timeout", "120"]
-        with open(out, "w") as out_f, open(err, "w") as err_f:
-            proc = subprocess.Popen(cmd, cwd=app_dir, env=env, stdout=out_f, stderr=err_f)
+        proc = _reloader(broker, tmp_path, "--shutdown-timeout", "120")
         try:
             wait_for(lambda: "started" in out.read_text(), 60, "the slow handler")
             proc.send_signal(signal.SIGINT)
