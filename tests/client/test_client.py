@@ -72,6 +72,19 @@ def runner(
     return r
 
 
+def consumed(broker: BrokerProcess, group: str, topic: str, count: int) -> Sink:
+    """What a runner of ``group`` got from ``topic`` (from its first offset) once it had
+    ``count`` messages; stopped then."""
+    sink = Sink()
+    r = runner(broker, group, topic, sink)
+    r.start()
+    try:
+        wait_for(lambda: sink.count() >= count, 20, f"{count} messages of {topic}")
+    finally:
+        r.shutdown()
+    return sink
+
+
 @pytest.fixture
 def producer(broker: BrokerProcess) -> Producer:
     p = Producer(broker.namesrv_addr, "test-producer").start()
@@ -89,13 +102,7 @@ def test_send_sync_and_consume(broker: BrokerProcess, producer: Producer) -> Non
     assert len({r.msg_id for r in results}) == 20
     # round robin over the 4 queues of the auto-created topic
     assert sorted(r.queue.queue_id for r in results) == sorted([0, 1, 2, 3] * 5)
-    sink = Sink()
-    r = runner(broker, "g-sync", "T", sink)
-    r.start()
-    try:
-        wait_for(lambda: sink.count() >= 20, 20, "20 messages")
-    finally:
-        r.shutdown()
+    sink = consumed(broker, "g-sync", "T", 20)
     got = {m.msg_id: m for _, m in sink.got}
     assert set(got) == {x.msg_id for x in results}
     m = got[results[3].msg_id]
@@ -109,13 +116,7 @@ def test_batch_send(broker: BrokerProcess, producer: Producer) -> None:
     )
     ids = res.msg_id.split(",")
     assert len(ids) == 5 and len(set(ids)) == 5
-    sink = Sink()
-    r = runner(broker, "g-batch", "TB", sink)
-    r.start()
-    try:
-        wait_for(lambda: sink.count() >= 5, 20, "5 messages")
-    finally:
-        r.shutdown()
+    sink = consumed(broker, "g-batch", "TB", 5)
     msgs = sorted((m for _, m in sink.got), key=lambda m: m.queue_offset)
     assert [m.body for m in msgs] == [f"{i} b".encode() for i in range(5)]
     assert [m.msg_id for m in msgs] == ids
@@ -127,13 +128,7 @@ def test_oneway_and_async_sends(broker: BrokerProcess, producer: Producer) -> No
     futures = [producer.send_async(OutMessage("TO", f"a{i}".encode())) for i in range(6)]
     results = [f.result(20) for f in futures]
     assert {r.status for r in results} == {SendStatus.SEND_OK}
-    sink = Sink()
-    r = runner(broker, "g-oneway", "TO", sink)
-    r.start()
-    try:
-        wait_for(lambda: sink.count() >= 12, 20, "12 messages")
-    finally:
-        r.shutdown()
+    sink = consumed(broker, "g-oneway", "TO", 12)
     expected = {i: f"o{n}".encode() for n, i in enumerate(oneway)}
     expected.update({x.msg_id: f"a{n}".encode() for n, x in enumerate(results)})
     assert {m.msg_id: m.body for _, m in sink.got} == expected
@@ -151,13 +146,7 @@ def test_a_message_sent_again_keeps_its_id(broker: BrokerProcess, producer: Prod
     first = producer.send(OutMessage("TK", b"x"))
     again = producer.send(OutMessage("TK", b"x", properties={"UNIQ_KEY": first.msg_id}))
     assert again.msg_id == first.msg_id and again.offset_msg_id != first.offset_msg_id
-    sink = Sink()
-    r = runner(broker, "g-keep", "TK", sink)
-    r.start()
-    try:
-        wait_for(lambda: sink.count() >= 2, 20, "2 messages")
-    finally:
-        r.shutdown()
+    sink = consumed(broker, "g-keep", "TK", 2)
     assert [m.msg_id for _, m in sink.got] == [first.msg_id] * 2
 
 
