@@ -1,13 +1,14 @@
 """mqadmin 4.9.7 against a broker: each case is a subcommand and what its output must hold.
 
-Run by ``make interop`` (interop/run.sh) as ``python interop/mqadmin_cases.py NAMESRV``
-with REALRMQ_HOME set. One list, so the mqadmin work (helper B's) can extend it.
-{ns} is the nameserver address.
+Run by ``make interop`` (interop/run.sh) as ``python interop/mqadmin_cases.py NAMESRV
+BROKER`` with REALRMQ_HOME set, and again with ``--after-features`` for the cases that need
+what the Java client's features left. {ns} is the nameserver address.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -17,10 +18,16 @@ from dataclasses import dataclass
 class Case:
     args: tuple[str, ...]
     expect: tuple[str, ...]  # every one of these must appear in stdout
+    # a regex with named groups read from the output: later cases use them as {name}
+    # (message ids and offset ids are made by the broker, so no list can spell them)
+    capture: str = ""
+    # > 0: a command that never ends by itself (clusterRT loops until stopped) is
+    # stopped after this many seconds and what it printed by then is checked
+    stop_after: float = 0.0
 
 
-def _c(line: str, *expect: str) -> Case:
-    return Case(tuple(line.split()), expect)
+def _c(line: str, *expect: str, capture: str = "", stop_after: float = 0.0) -> Case:
+    return Case(tuple(line.split()), expect, capture, stop_after)
 
 
 T, G = "TopicInterop_concurrent", "GInterop_concurrent"  # left by PushCount: 100 consumed
@@ -63,6 +70,30 @@ CASES: list[Case] = [
     _c(
         "consumeMessage -n {ns} -t TopicAdmin1 -b broker-a -i 0 -o 5",
         "queueId=0] no matched msg, offset=5",
+    ),
+    # the same message by its two ids: the producer's (UNIQ_KEY) and the broker's offset id
+    _c(
+        "queryMsgByOffset -n {ns} -t TopicAdmin1 -b broker-a -i 0 -o 0",
+        "Keys:                [KADM]",
+        capture=r"OffsetID:\s+(?P<offset_id>[0-9A-F]{32})\s.*UNIQ_KEY=(?P<uniq>[0-9A-F]+)",
+    ),
+    _c(
+        "queryMsgByUniqueKey -n {ns} -t TopicAdmin1 -i {uniq}",
+        "Topic:               TopicAdmin1",
+        "Keys:                [KADM]",
+        "Queue Offset:        0",
+        "Properties:          {KEYS=KADM, UNIQ_KEY={uniq}, CLUSTER=DefaultCluster, TAGS=tagA}",
+    ),
+    _c(
+        "queryMsgById -n {ns} -i {offset_id}",
+        "OffsetID:            {offset_id}",
+        "Keys:                [KADM]",
+        "Reconsume Times:     0",
+    ),
+    # an offset id past the end of the commit log: the broker's error, as RocketMQ words it
+    _c(
+        "queryMsgById -n {ns} -i {offset_id_past}",
+        "CODE: 1  DESC: can not find message by the offset, 1048576",
     ),
     _c("checkMsgSendRT -n {ns} -t TopicAdmin1 -a 3 -s 64", "Avg RT:"),
     _c("sendMsgStatus -n {ns} -b broker-a -s 64 -c 2", "SendResult [sendStatus=SEND_OK"),
@@ -109,6 +140,12 @@ CASES: list[Case] = [
     _c(
         "updateBrokerConfig -n {ns} -b {broker} -k maxMessageSize -v 4194304",
         "update broker config success",
+    ),
+    _c(
+        "clusterRT -n {ns} -a 2 -s 64 -p 0 -i 1",
+        "#Cluster Name             #Broker Name              #RT   #successCount  #failCount",
+        "DefaultCluster            broker-a",
+        stop_after=8.0,
     ),
     _c("getNamesrvConfig -n {ns}", "listenPort"),
     _c(
@@ -187,6 +224,10 @@ CASES: list[Case] = [
         "exportMetadata -n {ns} -c DefaultCluster -f {home}/export",
         "export {home}/export/metadata.json success",
     ),
+    _c(
+        "exportMetrics -n {ns} -c DefaultCluster -f {home}/export",
+        "export {home}/export/metrics.json success",
+    ),
     # reads brokerRole, fileReservedTime, useTLS, ... from getBrokerConfig (an NPE if absent)
     _c(
         "exportConfigs -n {ns} -c DefaultCluster -f {home}/export",
@@ -195,7 +236,54 @@ CASES: list[Case] = [
 ]
 
 
-def main(ns: str, broker: str) -> int:
+# Run after interop/java/Features.java (run id "x"), whose "trace" and "subtrace" features
+# leave a message traced by its producer and one traced by its consumer.
+AFTER_FEATURES: list[Case] = [
+    _c(
+        "queryMsgByKey -n {ns} -t TF_tracex -k tkeyx",
+        "#Message ID",
+        capture=r"\n(?P<pub_id>[0-9A-F]{32,}) ",
+    ),
+    _c(
+        "queryMsgTraceById -n {ns} -i {pub_id} -t RMQ_SYS_TRACE_TOPIC",
+        "#Type      #ProducerGroup       #ClientHost          #SendTime            #CostTimes",
+        "Pub        PF_tracex            127.0.0.1",
+    ),
+    _c(
+        "queryMsgByKey -n {ns} -t TF_subtracex -k stkeyx",
+        "#Message ID",
+        capture=r"\n(?P<sub_id>[0-9A-F]{32,}) ",
+    ),
+    _c(
+        "queryMsgTraceById -n {ns} -i {sub_id}",
+        "#Type      #ConsumerGroup       #ClientHost          #ConsumerTime        #CostTimes",
+        "Sub        CF_stx               127.0.0.1",
+    ),
+]
+
+
+def run_case(launch: str, args: list[str], stop_after: float) -> str:
+    cmd = ["bash", "-c", launch, "mqadmin", *args]
+    if not stop_after:
+        run = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+        return run.stdout + run.stderr  # mqadmin prints a failure's cause on stderr
+    try:
+        subprocess.run(cmd, capture_output=True, text=True, timeout=stop_after)
+    except subprocess.TimeoutExpired as stopped:  # the expected end: it had to be stopped
+        return _text(stopped.stdout) + _text(stopped.stderr)
+    raise RuntimeError(f"mqadmin {args[0]} ended by itself within {stop_after} s")
+
+
+def _fill(text: str, values: dict[str, str]) -> str:
+    """{name} → its value; other braces (JSON, property maps) stay as they are."""
+    return re.sub(r"\{(\w+)\}", lambda m: values.get(m[1], m[0]), text)
+
+
+def _text(out: str | bytes | None) -> str:
+    return out.decode() if isinstance(out, bytes) else out or ""
+
+
+def main(ns: str, broker: str, cases: list[Case]) -> int:
     home = os.environ["REALRMQ_HOME"]
     user_home = os.environ.get("INTEROP_HOME", home)
     # bin/env.sh of the 4.9.7 build sets JAVA, COMMON_OPTS (JDK 17 opens) and CP
@@ -203,20 +291,31 @@ def main(ns: str, broker: str) -> int:
         f'. "{home}/bin/env.sh" && exec "$JAVA" $COMMON_OPTS -Duser.home="{user_home}" '
         '-cp "$CP" org.apache.rocketmq.tools.command.MQAdminStartup "$@"'
     )
+    # {offset_id_past}: the broker's own address with a commit log offset of 1 MiB, which
+    # the few messages before it never reach
+    host, port = broker.rsplit(":", 1)
+    address = "".join(f"{int(b):02X}" for b in host.split(".")) + f"{int(port):08X}"
+    values = {"ns": ns, "broker": broker, "home": user_home}
+    values["offset_id_past"] = f"{address}{1 << 20:016X}"
     failed = 0
-    for case in CASES:
-        args = [a.format(ns=ns, broker=broker, home=user_home) for a in case.args]
-        cmd = ["bash", "-c", launch, "mqadmin", *args]
-        run = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
-        out = run.stdout + run.stderr  # mqadmin prints a failure's cause on stderr
-        expect = [e.replace("{home}", user_home).replace("{broker}", broker) for e in case.expect]
+    for case in cases:
+        args = [_fill(a, values) for a in case.args]
+        out = run_case(launch, args, case.stop_after)
+        expect = [_fill(e, values) for e in case.expect]
         missing = [e for e in expect if e not in out]
+        if case.capture and not missing:
+            found = re.search(case.capture, out, re.S)
+            if found:
+                values.update(found.groupdict())
+            else:
+                missing.append(f"/{case.capture}/")
         status = "ok" if not missing else f"FAIL missing {missing!r} in:\n{out[-1500:]}"
         failed += bool(missing)
         print(f"mqadmin {args[0]}: {status}")
-    print(f"mqadmin: {len(CASES) - failed}/{len(CASES)} cases as expected")
+    print(f"mqadmin: {len(cases) - failed}/{len(cases)} cases as expected")
     return 1 if failed else 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1], sys.argv[2]))
+    after = sys.argv[3:] == ["--after-features"]
+    sys.exit(main(sys.argv[1], sys.argv[2], AFTER_FEATURES if after else CASES))

@@ -59,6 +59,7 @@ compare() {
 }
 "${JAVA_RUN[@]}" Features "127.0.0.1:$NS_PORT" x 2>/dev/null | sed -n 's/^FEAT //p' > "$WORK/features.out" || true
 compare "Java client features" interop/features.expected "$WORK/features.out"
+INTEROP_HOME="$WORK" .venv/bin/python interop/mqadmin_cases.py "127.0.0.1:$NS_PORT" "127.0.0.1:$BR_PORT" --after-features | sed 's/^/idemp broker: /' || rc=1
 "${JAVA_RUN[@]}" SqlFilter "127.0.0.1:$NS_PORT" x 2>/dev/null | grep '^SQL' > "$WORK/sql.out" || true
 compare "SQL92 subscriptions" interop/sqlfilter.expected "$WORK/sql.out"
 exit $rc
