@@ -25,13 +25,14 @@ one with the ``rocketmq5`` extra in a virtualenv without the ``rocketmq`` extra.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
-from idemp.message import ConsumeResult, Message, consume_result_of
+from idemp.message import Answer, ConsumeResult, Message, answer_of
 
 logger = logging.getLogger("idemp.adapters.rocketmq5")
 RECEIVE_RETRY_S = 1.0
@@ -67,11 +68,11 @@ def _check_group(group: object, where: str) -> str:
     return group
 
 
-def _result(fn: Callable[[Message], Any], received: Any, group: str) -> ConsumeResult:
+def _result(fn: Callable[[Message], Any], received: Any, group: str) -> Answer:
     message: Message | None = None
     try:
         message = to_message(received, group=group)
-        return consume_result_of(fn(message))
+        return answer_of(fn(message))
     except (KeyboardInterrupt, SystemExit):
         raise
     except BaseException as exc:  # noqa: B036 - a listener error must not ack
@@ -192,7 +193,8 @@ def consume(
 
     ``invisible_duration`` (seconds, at least 10 on RocketMQ 5) is how long a received
     message stays hidden from every other consumer of the group. A message ``fn`` does
-    not ack is left to come back when that runs out, or after ``retry_after`` seconds.
+    not ack is left to come back when that runs out, or after ``retry_after`` seconds, or
+    after the ``after`` of the :class:`~idemp.message.ReconsumeLater` it returned.
 
     The handlers run one after the other, in the order received; their acks go out
     beside them, ``ack_threads`` at a time (the client's ack is one call per message that
@@ -218,12 +220,16 @@ def consume(
                 continue
             answers: list[tuple[Any, bool, Future[Any]]] = []  # (message, an ack?, its answer)
             for received in batch:
-                if _result(fn, received, group) is ConsumeResult.SUCCESS:
+                said = _result(fn, received, group)
+                if said is ConsumeResult.SUCCESS:
                     answers.append((received, True, acks.submit(consumer.ack, received)))
                     continue
                 counts["later"] += 1
-                if retry_after is not None:
-                    change = acks.submit(consumer.change_invisible_duration, received, retry_after)
+                # a ReconsumeLater(after=...) says when; RocketMQ 5 counts whole seconds
+                after = getattr(said, "after", None) or retry_after
+                if after is not None:
+                    hidden = max(1, math.ceil(after))
+                    change = acks.submit(consumer.change_invisible_duration, received, hidden)
                     answers.append((received, False, change))
             for received, is_ack, answer in answers:
                 try:

@@ -13,7 +13,7 @@ import importlib
 from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
 
-from idemp.message import ConsumeResult, Message, ack_of, consume_result_of
+from idemp.message import ConsumeResult, Message, ReconsumeLater, ack_of, consume_result_of
 
 # Eager on purpose: the submodule idemp.stats shares the function's name, and a lazy
 # import would leave the package attribute bound to the module.
@@ -69,6 +69,7 @@ _LAZY = {
 __all__ = [  # the order of the API page
     "App",
     "ConsumeResult",
+    "ReconsumeLater",
     "Message",
     "ack_of",
     "consume_result_of",

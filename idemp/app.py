@@ -63,6 +63,7 @@ class ListenerSpec:
     started: bool = False
     strategies: list[Strategy] = field(default_factory=list)  # built here: closed at stop
     sql: str | None = None  # an SQL92 selector over properties, instead of tags
+    retry_delay_level: int = 0  # send-backs' delay level (0: the broker's schedule)
 
     def lag(self) -> int:
         """Messages stored in the broker and not yet consumed by this instance's queues
@@ -139,6 +140,7 @@ class App:
         consume_from: ConsumeFrom = ConsumeFrom.LAST_OFFSET,
         protocol: str = "remoting",
         sql: str | None = None,
+        retry_delay_level: int = 0,
     ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
         """Declare a listener: ``topic``, ``tags`` (a tag expression), consumer ``group``,
         ``orderly`` (per-queue order, the broker's queue locks) or concurrent, ``key`` and
@@ -150,7 +152,10 @@ class App:
         FIFO group there, not from ``orderly``. The function is returned unchanged, so it
         can still be called directly. ``sql`` subscribes with an SQL92 selector over the
         messages' properties instead of tags (RocketMQ 4.x brokers need
-        ``enablePropertyFilter=true``; the runner checks with them at start)."""
+        ``enablePropertyFilter=true``; the runner checks with them at start).
+        ``retry_delay_level`` is the delay level of a concurrent listener's messages sent
+        back unacked (0: RocketMQ's schedule, 10 s, 30 s, 1 min…; a listener's
+        ``ReconsumeLater`` chooses per message)."""
         check_group(f"listener on {topic}", group)
         if sql is not None and (not sql.strip() or tags != "*"):
             raise ValueError(
@@ -159,6 +164,11 @@ class App:
             )
         if protocol not in ("remoting", "grpc"):
             raise ValueError(f"listener on {topic}: protocol {protocol!r} is not remoting or grpc")
+        if protocol == "grpc" and retry_delay_level:
+            raise ValueError(
+                f"listener on {topic}: protocol='grpc': the RocketMQ 5 group's retry policy "
+                "spaces the deliveries, not retry_delay_level"
+            )
         if protocol == "grpc" and (orderly or batch_size != 1):
             raise ValueError(
                 f"listener on {topic}: protocol='grpc' consumes by POP; per-group order comes "
@@ -185,6 +195,7 @@ class App:
                     consume_from,
                     protocol,
                     sql=sql,
+                    retry_delay_level=retry_delay_level,
                 )
             )
             return fn
@@ -239,6 +250,7 @@ class App:
         if spec.threads is not None:
             consumer.consume_thread_count = spec.threads
         consumer.consume_batch_size = spec.batch_size
+        consumer.retry_delay_level = spec.retry_delay_level
         client = self._client_settings()
         runner_cls = OrderlyRunner if spec.orderly else ConcurrentRunner
         spec.runner = runner_cls(spec.listener, settings=consumer, client=client)

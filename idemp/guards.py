@@ -37,7 +37,7 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from idemp._fastinit import fast_frozen_init
 from idemp.keys import KeyExtractor, KeyResult, KeySpec, Missing, extractor
-from idemp.message import Message, ack_of
+from idemp.message import Message, ReconsumeLater, ack_of
 from idemp.strategies._entity_batch import BatchRows
 from idemp.strategies._sql import (
     DriverStatement,
@@ -425,6 +425,7 @@ class Guard:
         target: KeySpec,
         max_holds: int = 16,
         after_holds: str = "dead_letter",
+        hold_retry: ReconsumeLater | None = None,
     ) -> None:
         if after_holds not in AFTER_HOLDS:
             raise ValueError(
@@ -432,12 +433,17 @@ class Guard:
             )
         if max_holds < 0:
             raise ValueError(f"max_holds={max_holds}: expected 0 or more")
+        if hold_retry is not None and not isinstance(hold_retry, ReconsumeLater):
+            raise TypeError(
+                f"hold_retry={hold_retry!r}: expected ReconsumeLater(delay_level=..., after=...)"
+            )
         self.machine = machine
         self.store = store
         self.entity = extractor(entity)
         self.target = extractor(target)
         self.max_holds = max_holds
         self.after_holds = after_holds
+        self.hold_retry = hold_retry
 
     def key(self) -> KeyExtractor:
         """The default business key of a transition message: ``<entity>-><target>``."""

@@ -71,10 +71,62 @@ class Message:
         return self.properties.get(name, default)
 
 
+@dataclass(frozen=True, slots=True)
+class ReconsumeLater:
+    """``RECONSUME_LATER`` with when to try again: what a Java listener sets on its
+    context (``delayLevelWhenNextConsume``, ``suspendCurrentQueueTimeMillis``).
+
+    ``delay_level`` (1 and up: the broker's ``messageDelayLevel``, by default 1s 5s 10s
+    30s 1m 2m …; a level past the last is the last): the concurrent runner's send-back
+    asks for it instead of the broker's schedule (level 3 + reconsume times). ``after``
+    (seconds): the orderly runner suspends the queue this long instead of its
+    ``suspend_current_queue_time`` (kept within 10 ms..30 s, as Java does), and the
+    RocketMQ 5 ``consume`` loop makes the message invisible this long. A runner that
+    cannot choose (the official clients' push consumers) reads it as ``RECONSUME_LATER``.
+    """
+
+    delay_level: int = 0
+    after: float | None = None
+
+    def __post_init__(self) -> None:
+        level, after = self.delay_level, self.after
+        if not isinstance(level, int) or isinstance(level, bool) or level < 0:
+            raise ValueError(
+                f"ReconsumeLater(delay_level={level!r}): a delay level is 1 or more (0: the "
+                "broker's schedule; ConsumeResult.DEAD_LETTER for the DLQ at once)"
+            )
+        if after is not None and not (isinstance(after, (int, float)) and after > 0):
+            raise ValueError(f"ReconsumeLater(after={after!r}): seconds, more than 0")
+
+    @property
+    def consume_result(self) -> ConsumeResult:
+        return ConsumeResult.RECONSUME_LATER
+
+
+#: What a runner keeps of each message's result: an ack, a plain retry, a dead letter,
+#: or a retry at a chosen time.
+Answer = ConsumeResult | ReconsumeLater
+
+
+def answer_of(result: object) -> Answer:
+    """:func:`consume_result_of`, keeping the timing of a retry: a
+    :class:`ReconsumeLater`, or a decorated listener's result whose ``retry`` is one (a
+    guard's hold), is kept for the runner to honour."""
+    if type(result) is ReconsumeLater:
+        return result
+    got = consume_result_of(result)
+    if got is ConsumeResult.RECONSUME_LATER:
+        retry = getattr(result, "retry", None)
+        if type(retry) is ReconsumeLater:
+            return retry
+    return got
+
+
 def consume_result_of(result: object) -> ConsumeResult:
     """How a runner reads a listener's return value.
 
-    ``None``/``True``/``SUCCESS`` ack; ``False``/``RECONSUME_LATER`` retry;
+    ``None``/``True``/``SUCCESS`` ack; ``False``/``RECONSUME_LATER`` (or a
+    :class:`ReconsumeLater`) retry;
     ``DEAD_LETTER`` goes to the group's DLQ; an object with a ``consume_result``
     attribute (a decorated listener's outcome) is read through it. Raising is handled by
     the runner and always means retry.

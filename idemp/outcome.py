@@ -13,7 +13,7 @@ from enum import Enum
 from typing import Any
 
 from idemp._fastinit import fast_frozen_init
-from idemp.message import ConsumeResult, Message
+from idemp.message import ConsumeResult, Message, ReconsumeLater
 
 _ACK = ConsumeResult.SUCCESS
 _RETRY = ConsumeResult.RECONSUME_LATER
@@ -62,6 +62,7 @@ class Result:
     takeover: bool = False  # the claim was taken over from a holder past its deadline
     detail: str = ""
     to_dlq: bool = False  # DEAD_LETTERED: the runner must put it in the group's %DLQ%
+    retry: ReconsumeLater | None = None  # HELD: when to try again (``@guarded(hold_retry=)``)
 
     @property
     def consume_result(self) -> ConsumeResult:

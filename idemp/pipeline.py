@@ -46,7 +46,7 @@ from idemp.keys import (
     fingerprint_of,
     unusable,
 )
-from idemp.message import ConsumeResult, Message, ack_of, consume_result_of
+from idemp.message import ConsumeResult, Message, ReconsumeLater, ack_of, consume_result_of
 from idemp.outcome import BatchResult, Outcome, Result
 from idemp.strategies.base import BatchSession, Job, StoreError, Strategy, Ticket, Verdict
 
@@ -362,8 +362,11 @@ class _Core:
             return self.done(
                 Outcome.DEAD_LETTERED, job.message, job, detail=str(error), to_dlq=True
             )
-        outcome = Outcome.DROPPED if isinstance(error, GuardDrop) else Outcome.HELD
-        return self.done(outcome, job.message, job, detail=str(error))
+        if isinstance(error, GuardDrop):
+            return self.done(Outcome.DROPPED, job.message, job, detail=str(error))
+        assert self.guard is not None
+        retry = self.guard.hold_retry
+        return self.done(Outcome.HELD, job.message, job, detail=str(error), retry=retry)
 
     def committed(self, ticket: Ticket, value: Any, store: Strategy | BatchSession) -> Result:
         """After a successful handler: commit, and decide what a commit failure means.
@@ -435,6 +438,7 @@ class _Core:
         detail: str = "",
         count: bool = True,
         to_dlq: bool = False,
+        retry: ReconsumeLater | None = None,
     ) -> Result:
         """Count (unless the caller counts a whole batch at once), log, and build the
         result of one message."""
@@ -457,7 +461,7 @@ class _Core:
                 detail=detail,
             )
         key = job.key if job else None
-        return Result(outcome, message, key, value, error, takeover, detail, to_dlq)
+        return Result(outcome, message, key, value, error, takeover, detail, to_dlq, retry)
 
     def not_run(self, ticket: Ticket) -> Result:
         job = ticket.job
@@ -1024,6 +1028,7 @@ def guarded(
     key: KeySpec | None = None,
     max_holds: int = 16,
     after_holds: str = "dead_letter",
+    hold_retry: ReconsumeLater | None = None,
     namespace: str | None = None,
     group: str | None = None,
     name: str | None = None,
@@ -1040,7 +1045,10 @@ def guarded(
     (``Outcome.DEAD_LETTERED``: the runner puts it in the group's ``%DLQ%`` for an
     operator to replay; nothing is lost), ``"reconsume"`` (held until the broker's own
     retry limit dead-letters it) or ``"drop"`` (acked and lost: an explicit choice).
-    The default ``max_holds`` (16) is RocketMQ's maximum reconsume times. The handler's
+    The default ``max_holds`` (16) is RocketMQ's maximum reconsume times. A held message
+    comes back on the group's retry schedule (RocketMQ's first: 10 s) unless
+    ``hold_retry`` says when (:class:`~idemp.message.ReconsumeLater`: a delay level for
+    the concurrent runner, ``after`` seconds for the orderly one). The handler's
     context carries ``ctx.transition``; with a SQL store, ``ctx.connection`` writes in
     the state's transaction. An ``async def`` handler is awaited (``await
     listener(message)``); the state's load and save, like the strategy's calls, run in
@@ -1053,6 +1061,7 @@ def guarded(
         target=target,
         max_holds=max_holds,
         after_holds=after_holds,
+        hold_retry=hold_retry,
     )
     resolved = NoClaim() if strategy is None else _resolve_strategy(strategy)
 

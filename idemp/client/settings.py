@@ -178,6 +178,9 @@ class ConsumerSettings:
     pull_timeout: float = 30.0
     max_reconsume_times: int = 16  # orderly: -1 = forever (Java's orderly default)
     send_back_retry_delay: float = 5.0
+    # concurrent: the delay level of a failed message's send-back (Java's
+    # delayLevelWhenNextConsume); 0 = the broker's schedule, level 3 + reconsume times
+    retry_delay_level: int = 0
     consume_timeout_minutes: float = 15.0
     # Orderly (ConsumeMessageOrderlyService / RebalanceImpl / ProcessQueue)
     lock_renew_interval: float = 20.0  # REBALANCE_LOCK_INTERVAL

@@ -15,7 +15,7 @@ from idemp.client.producer import tracer
 from idemp.client.route import MessageQueue
 from idemp.client.settings import ClientSettings, ConsumerSettings
 from idemp.client.trace import DeliveryTrace
-from idemp.message import ConsumeResult, Message, consume_result_of
+from idemp.message import Answer, ConsumeResult, Message, answer_of, consume_result_of
 from idemp.remoting import MessageExt
 
 log = logging.getLogger("idemp.runners")
@@ -49,7 +49,7 @@ def _call_sync(
     mq: MessageQueue,
     stop_on_failure: bool,
     runner: RunnerBase,
-) -> list[ConsumeResult]:
+) -> list[Answer]:
     # the messages are built here, in the listener's thread, not on the client's loop:
     # the loop then holds the GIL less often while the listener's thread runs, and the
     # two contend less (measured: ~4 % more messages a second in the end-to-end suite)
@@ -60,21 +60,21 @@ def _call_sync(
         # a decorated listener: one store transaction (or round trip) for the batch
         try:
             got = batch(msgs, stop_on_failure=stop_on_failure, stopping=lambda: runner.stopping)
-            return [consume_result_of(r) for r in got]
+            return [answer_of(r) for r in got]
         except Exception:  # nothing it made stick is lost: the batch comes back, deduped
             log.exception("batch listener raised on %d messages (reconsume later)", len(msgs))
             return [ConsumeResult.RECONSUME_LATER] * (1 if stop_on_failure else len(msgs))
-    out: list[ConsumeResult] = []
+    out: list[Answer] = []
     for m in msgs:
         if runner.stopping:  # shutting down: start nothing new; the rest come back
             break
         try:
-            got = consume_result_of(listener(m))
+            answer: Answer = answer_of(listener(m))
         except Exception:
             log.exception("listener raised on %s (reconsume later)", m.msg_id)
-            got = ConsumeResult.RECONSUME_LATER
-        out.append(got)
-        if got is not ConsumeResult.SUCCESS and stop_on_failure:
+            answer = ConsumeResult.RECONSUME_LATER
+        out.append(answer)
+        if answer is not ConsumeResult.SUCCESS and stop_on_failure:
             break
     return out
 
@@ -99,6 +99,12 @@ class RunnerBase:
         if group:
             self.settings.group = group
         check_group(type(self).__name__, self.settings.group)
+        level = self.settings.retry_delay_level
+        if not isinstance(level, int) or isinstance(level, bool) or level < 0:
+            raise ValueError(
+                f"{type(self).__name__}: ConsumerSettings.retry_delay_level={level!r}: "
+                "a delay level is 1 or more, or 0 for the broker's schedule"
+            )
         self.client_settings = client or ClientSettings()
         if namesrv_addr:
             self.client_settings.namesrv_addr = namesrv_addr
@@ -145,7 +151,7 @@ class RunnerBase:
 
     async def call_listener(
         self, exts: list[MessageExt], mq: MessageQueue, stop_on_failure: bool
-    ) -> list[ConsumeResult]:
+    ) -> list[Answer]:
         """One result per message tried; with ``stop_on_failure`` the list ends at the
         first one not acked (the rest were not given to the listener). Once the runner
         is stopping no further message is started: the list is then shorter, and the
@@ -162,7 +168,7 @@ class RunnerBase:
 
     async def _call_listener(
         self, exts: list[MessageExt], mq: MessageQueue, stop_on_failure: bool
-    ) -> list[ConsumeResult]:
+    ) -> list[Answer]:
         if not self.is_async:
             assert self.executor is not None
             loop = asyncio.get_running_loop()
@@ -172,7 +178,7 @@ class RunnerBase:
         assert self._async_slots is not None
         group = self.settings.group
         msgs = [to_message(e, mq, group) for e in exts]
-        out: list[ConsumeResult] = []
+        out: list[Answer] = []
         async with self._async_slots:
             for m in msgs:
                 if self.stopping:
@@ -181,7 +187,7 @@ class RunnerBase:
                     result = self.listener(m)
                     if inspect.isawaitable(result):
                         result = await result
-                    got = consume_result_of(result)
+                    got = answer_of(result)
                 except Exception:
                     log.exception("listener raised on %s (reconsume later)", m.msg_id)
                     got = ConsumeResult.RECONSUME_LATER

@@ -3,7 +3,8 @@
 Pulled messages are cut into batches of ``consume_batch_size`` and run in the thread
 pool (or on the loop for ``async def`` listeners), many batches at once. Acks are per
 message (a generalised ack index): failed messages are sent back to the broker
-(%RETRY%group, delay 3 + reconsume times; the broker moves them to %DLQ%group after
+(%RETRY%group, delay level 3 + reconsume times unless the listener's ``ReconsumeLater`` or
+the group's ``retry_delay_level`` names one; the broker moves them to %DLQ%group after
 ``max_reconsume_times``); a send-back that fails is retried in-process 5 s later. The
 committed offset is the smallest offset still held, so nothing unconsumed is skipped.
 """
@@ -67,10 +68,13 @@ class ConcurrentRunner(RunnerBase):
         failed = [(e, r) for e, r in zip(exts, results) if r is not ConsumeResult.SUCCESS]
         retry_here: list[MessageExt] = []
         if failed and self.consumer.clustering:
+            default_level = self.settings.retry_delay_level
             for e, r in failed:
-                # DEAD_LETTER: delay level -1, the broker puts it in %DLQ%group at once.
+                # DEAD_LETTER: delay level -1, the broker puts it in %DLQ%group at once;
+                # a ReconsumeLater's level, or the group's, else 0: the broker's schedule
                 dead = r is ConsumeResult.DEAD_LETTER
-                if await self.consumer.send_back(e, mq, delay_level=-1 if dead else 0):
+                level = -1 if dead else getattr(r, "delay_level", 0) or default_level
+                if await self.consumer.send_back(e, mq, delay_level=level):
                     if dead:
                         self.dlq_count += 1
                         log.warning("%s: %s went to the DLQ (listener)", mq, e.msg_id)

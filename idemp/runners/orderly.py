@@ -11,11 +11,12 @@
 Batches of ``consume_batch_size`` messages are taken per queue under one lock and run
 in order; the listener sees them one by one and the batch stops at the first failure.
 Acked messages commit (offset = last + 1); the failed one and the rest go back to the
-ProcessQueue and the queue is suspended ``suspend_current_queue_time`` (1 s) — the
-in-memory retry that keeps order. A message that has failed ``max_reconsume_times``
-(default 16; -1 = forever, which is Java's orderly default) is sent to %DLQ%group and
-the queue moves on: idemp's default prefers a dead letter to a stuck queue. A task
-consuming for longer than ``max_time_consume_continuously`` (60 s) yields.
+ProcessQueue and the queue is suspended ``suspend_current_queue_time`` (1 s; a listener's
+``ReconsumeLater(after=...)`` picks its own) — the in-memory retry that keeps order. A
+message that has failed ``max_reconsume_times`` (default 16; -1 = forever, which is
+Java's orderly default) is sent to %DLQ%group and the queue moves on: idemp's default
+prefers a dead letter to a stuck queue. A task consuming for longer than
+``max_time_consume_continuously`` (60 s) yields.
 """
 
 from __future__ import annotations
@@ -108,22 +109,27 @@ class OrderlyRunner(RunnerBase):
                     if not exts:
                         break
                     suspend = await self._run_batch(mq, pq, exts)
-                if suspend:
-                    reschedule = (s.suspend_current_queue_time, False)
+                if suspend is not None:
+                    reschedule = (suspend, False)
                     break
         if reschedule is None:
             pq.running = False
         else:
             self._later(mq, pq, *reschedule)
 
-    async def _run_batch(self, mq: MessageQueue, pq: ProcessQueue, exts: list[MessageExt]) -> bool:
-        """Consume one batch in order; return True when the queue must be suspended."""
+    async def _run_batch(
+        self, mq: MessageQueue, pq: ProcessQueue, exts: list[MessageExt]
+    ) -> float | None:
+        """Consume one batch in order; return how long the queue must be suspended (the
+        failed message's ``ReconsumeLater.after``, else ``suspend_current_queue_time``,
+        within Java's 10 ms..30 s), or None to go on."""
         results = await self.call_listener(exts, mq, True)
         pq.last_consume_time = time.monotonic()
         acked = [r is ConsumeResult.SUCCESS for r in results]
         n_ok = len(acked) if all(acked) else acked.index(False)
         ok, rest = exts[:n_ok], exts[n_ok:]
         suspend = False
+        pause = self.settings.suspend_current_queue_time
         if rest and n_ok == len(results):  # stopping: the rest were not tried
             suspend = True
         elif rest:
@@ -144,6 +150,7 @@ class OrderlyRunner(RunnerBase):
             else:
                 failed.reconsume_times += 1
                 suspend = True
+                pause = getattr(results[n_ok], "after", None) or pause
         if ok:
             pq.commit(ok)
             self.consumer.commit_offset(mq, ok[-1].queue_offset + 1)
@@ -155,8 +162,8 @@ class OrderlyRunner(RunnerBase):
         if rest:
             pq.put_back(rest)
             if not suspend:  # the DLQ'd one moved the queue on; continue at once
-                return False
-        return suspend
+                return None
+        return min(max(pause, 0.01), 30.0) if suspend else None
 
     async def service_shutdown(self) -> None:
         """Stop taking batches and wait for the ones in hand."""

@@ -3,13 +3,16 @@
 Runs in ``.cache/v5-venv`` (idemp with the ``rocketmq5`` extra). Usage:
 
     python idemp5.py '{"mode": "simple"|"push", "endpoint": ..., "topic": ..., "group": ...,
-                       "db": <sqlite path>, "keys": N, "lose_first": [...], "within": s}'
+                       "db": <sqlite path>, "keys": N, "lose_first": [...], "within": s,
+                       "later_after": s, "invisible": s}'
 
 The listener is ``@idempotent`` on the JSON field ``id`` with a transactional unique-key
 table in SQLite; its effect is one row in ``effects`` (id, message group, seq). For the ids
 in ``lose_first`` the first delivery's result is thrown away after the handler committed
 (as if the consumer died before its ack): the broker hands the message out again and the
-decorator must answer "duplicate". The child stops once ``keys`` distinct ids have their
+decorator must answer "duplicate"; with ``later_after`` that first result is
+``ReconsumeLater(after=later_after)`` instead, and the JSON line says how long each of
+those messages took to come back (``gaps``). The child stops once ``keys`` distinct ids have their
 effect and every delivery so far was answered, and prints one JSON line of counts.
 """
 
@@ -32,7 +35,7 @@ from rocketmq import (
 
 from idemp import Context, Message, idempotent, stats
 from idemp.adapters import rocketmq5
-from idemp.message import ConsumeResult, consume_result_of
+from idemp.message import ConsumeResult, ReconsumeLater, consume_result_of
 from idemp.strategies import UniqueKeyTable
 
 
@@ -60,13 +63,21 @@ def main() -> None:
             {"id": body["id"], "grp": message.message_group or "", "seq": body.get("seq", 0)},
         )
 
+    later_after = spec.get("later_after")
+    first_at: dict[str, float] = {}
+    gaps: dict[str, float] = {}
+
     def listener(message: Message) -> Any:
         key = message.json()["id"]
-        if key in lost:
+        if key in lost and key not in again:
             again.add(key)
+            gaps[key] = round(time.monotonic() - first_at[key], 2)
         result = consume_result_of(handle(message))
         if result is ConsumeResult.SUCCESS and key in lose and key not in lost:
             lost.add(key)
+            first_at[key] = time.monotonic()
+            if later_after is not None:
+                return ReconsumeLater(after=later_after)
             return ConsumeResult.RECONSUME_LATER  # the ack is lost: it must come back
         return result
 
@@ -93,7 +104,11 @@ def main() -> None:
         stop = threading.Event()
         while not stop.is_set() and time.monotonic() < deadline:
             got = rocketmq5.consume(
-                consumer, listener, group=spec["group"], invisible_duration=10, rounds=1
+                consumer,
+                listener,
+                group=spec["group"],
+                invisible_duration=spec.get("invisible", 10),
+                rounds=1,
             )
             for k, v in got.items():
                 counts[k] = counts.get(k, 0) + v
@@ -101,7 +116,7 @@ def main() -> None:
                 stop.set()
         consumer.shutdown()
     print(
-        json.dumps({"stats": stats(name), "again": sorted(again), "counts": counts}),
+        json.dumps({"stats": stats(name), "again": sorted(again), "counts": counts, "gaps": gaps}),
         flush=True,
     )
 

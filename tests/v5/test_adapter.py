@@ -80,6 +80,43 @@ def test_simple_consumer_loop_each_effect_once(
     assert (counts["acked"], counts["later"], counts["errors"]) == (12, 2, 0), counts
 
 
+def test_simple_consumer_loop_brings_a_message_back_when_the_listener_says(
+    broker5: Endpoint5,
+    admin: RawClient,
+    client5: Callable[[], Client5],
+    names: Callable[[str], str],
+    tmp_path: Path,
+) -> None:
+    """``ReconsumeLater(after=1)``: the loop makes the message invisible for a second
+    instead of what is left of its minute, so it is back well before the minute ends."""
+    topic, group = names("T"), names("G")
+    assert admin.create_topic(topic, 4).code == 0
+    sender = client5()
+    sender.ok("producer", name="p", topics=[topic])
+    sender.ok(
+        "send",
+        name="p",
+        messages=[{"topic": topic, "body": json.dumps({"id": f"o-{i}"})} for i in range(3)],
+    )
+    spec = {
+        "mode": "simple",
+        "endpoint": broker5.grpc_addr,
+        "topic": topic,
+        "group": group,
+        "db": str(tmp_path / "effects.db"),
+        "keys": 3,
+        "lose_first": ["o-1"],
+        "later_after": 1,
+        "invisible": 60,
+        "within": 45,
+    }
+    result = _run(spec, tmp_path / "idemp5-later.log")
+    assert result["again"] == ["o-1"]
+    assert result["gaps"]["o-1"] < 60
+    assert result["counts"]["later"] == 1
+    assert sorted(e[0] for e in _effects(tmp_path / "effects.db")) == ["o-0", "o-1", "o-2"]
+
+
 def test_push_consumer_fifo_order_and_each_effect_once(
     broker5: Endpoint5,
     admin: RawClient,

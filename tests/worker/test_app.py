@@ -137,3 +137,21 @@ def test_a_listener_subscribed_with_an_sql92_selector(
         app.stop()
     with pytest.raises(ValueError, match="sql= is a whole selector"):
         app.listener("Fares", group="g2", tags="ride", sql="cents > 1")
+
+
+def test_a_listeners_retry_level_reaches_its_runner_and_a_bad_one_fails_the_build(
+    tmp_path: Any,
+) -> None:
+    app = App("svc", namesrv_addr="127.0.0.1:1")
+    backend = f"sqlite:///{tmp_path / 'dedup.db'}"
+
+    @app.listener("Fares", group="g1", strategy=backend, retry_delay_level=2)
+    def fares(message: Message) -> None:
+        pass
+
+    app.build()  # builds the runners; nothing connects yet
+    assert app.listeners[0].runner.settings.retry_delay_level == 2
+    bad = App("svc2", namesrv_addr="127.0.0.1:1")
+    bad.listener("Fares", group="g2", strategy=backend, retry_delay_level=-2)(fares)
+    with pytest.raises(ValueError, match="retry_delay_level=-2"):
+        bad.build()
