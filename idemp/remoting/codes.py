@@ -245,6 +245,30 @@ NOT_ALLOWED_SEND_TOPICS = frozenset(
 )
 # TopicValidator.SYSTEM_TOPIC_SET but TBW102, which callers check on its own
 SYSTEM_TOPICS = NOT_ALLOWED_SEND_TOPICS | {"BenchmarkTest", "RMQ_SYS_TRACE_TOPIC"}
+NAMESPACE_SEPARATOR = "%"
+
+
+def split_namespace(resource: str) -> tuple[str, str]:
+    """A name a 4.x client with a namespace made (``ns%Orders``, ``%RETRY%ns%billing``) as
+    (namespace, the name without it): how RocketMQ 5's proxy names a stored topic to a 5.x
+    client (NamespaceUtil.getNamespaceFromResource and withoutNamespace). The broker's own
+    topics and groups, and names without a namespace, have none."""
+    if (
+        not resource
+        or resource in SYSTEM_TOPICS
+        or resource == DEFAULT_TOPIC
+        or resource.startswith((SYSTEM_TOPIC_PREFIX, "CID_RMQ_SYS_"))
+    ):
+        return "", resource
+    prefix = ""
+    for kind in (RETRY_GROUP_TOPIC_PREFIX, DLQ_GROUP_TOPIC_PREFIX):
+        if resource.startswith(kind):
+            prefix = kind
+    rest = resource[len(prefix) :]
+    index = rest.find(NAMESPACE_SEPARATOR)
+    if index <= 0:
+        return "", resource
+    return rest[:index], prefix + rest[index + 1 :]
 
 
 class Prop:

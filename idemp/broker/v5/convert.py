@@ -13,7 +13,7 @@ from typing import Any
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from idemp.remoting.codes import MessageSysFlag, Prop
+from idemp.remoting.codes import MessageSysFlag, Prop, split_namespace
 from idemp.remoting.message import MessageExt
 
 from .schema import pb
@@ -112,16 +112,15 @@ def to_stored(
     )
 
 
-def to_proto(
-    msg: MessageExt, namespace: str, receipt: str | None, attempt: int, into: Any = None
-) -> Any:
+def to_proto(msg: MessageExt, receipt: str | None, attempt: int, into: Any = None) -> Any:
     """The message as a 5.x client receives it, written into ``into`` (a response's
     ``message`` field) when given: filled in place, nothing is built and then copied
-    (the copies were half of a receive's conversion cost)."""
+    (the copies were half of a receive's conversion cost). Its topic's namespace is the
+    stored name's (a 4.x client's ``ns%Topic``), not the receiving client's, as RocketMQ
+    5.3.3's GrpcConverter.buildMessage makes it."""
     out = pb.Message() if into is None else into
     props = msg.properties
-    out.topic.resource_namespace = namespace
-    out.topic.name = msg.topic
+    out.topic.resource_namespace, out.topic.name = split_namespace(msg.topic)
     sysp = out.system_properties
     sysp.message_id = props.get(Prop.UNIQ_KEY) or msg.offset_msg_id
     sysp.body_digest.type = pb.MD5

@@ -493,6 +493,15 @@ class PopService:
             raise HandleError("receipt handle is expired")
         return receipt, found
 
+    @staticmethod
+    def check_handle(text: str) -> Receipt:
+        """What the proxy checks of a handle before the broker sees it (parsed, not
+        expired): all that is checked when the request names a topic the broker lacks."""
+        receipt = Receipt.decode(text)
+        if receipt.visible_at <= int(time.time() * 1000):
+            raise HandleError("receipt handle is expired")
+        return receipt
+
     def ack(self, group: str, topic: str, handle: str) -> None:
         """Raises HandleError for an expired or malformed handle; acking a message that
         is already acked (or was never received) is accepted, as RocketMQ's ack is."""

@@ -161,7 +161,7 @@ class MessagingService:
             if client.telemetry is not None and half.topic in client.topics:
                 self._remember_tx(half.topic, transaction_id, half.commit_log_offset)
                 command = pb.RecoverOrphanedTransactionCommand(
-                    message=to_proto(half, "", None, half.reconsume_times + 1),
+                    message=to_proto(half, None, half.reconsume_times + 1),
                     transaction_id=transaction_id,
                 )
                 client.telemetry.put_nowait(
@@ -216,12 +216,17 @@ class MessagingService:
         state.last_seen = time.monotonic()
         return state
 
-    def _topic(self, resource: Any) -> Any:
+    def _known_topic(self, resource: Any) -> Any:
+        """The topic's config, or None when the broker has no such topic (a valid name)."""
         name = resource.name
         err = grpc_topic_error(name)
         if err:
             raise RequestError(Code.ILLEGAL_TOPIC, err)
-        cfg = self.store.topics.get(name)
+        return self.store.topics.get(name)
+
+    def _topic(self, resource: Any) -> Any:
+        cfg = self._known_topic(resource)
+        name = resource.name
         if cfg is None:
             raise RequestError(  # the MQClientException the proxy caught, as it words it
                 Code.TOPIC_NOT_FOUND,
@@ -761,7 +766,6 @@ class MessagingService:
             return
         topic = cfg.topicName
         deadline = time.monotonic() + polling / 1000
-        namespace = request.message_queue.topic.resource_namespace
         while True:
             popped = self.pop.pop(
                 gcfg.groupName,
@@ -787,9 +791,7 @@ class MessagingService:
             yield pb.ReceiveMessageResponse(status=status(Code.OK))
             for item in popped:
                 response = pb.ReceiveMessageResponse()
-                to_proto(
-                    item.message, namespace, item.receipt.encode(), item.attempt, response.message
-                )
+                to_proto(item.message, item.receipt.encode(), item.attempt, response.message)
                 yield response
                 sent += 1
         except BaseException:
@@ -801,15 +803,23 @@ class MessagingService:
     async def ack_message(self, request: Any, context: Any) -> Any:
         try:
             self._client(context)
-            cfg = self._topic(request.topic)
+            # The proxy does not look the topic up: the broker's ack finds none
+            # (TOPIC_NOT_EXIST), which the proxy words as an abnormal status. A 5.x client
+            # acks so a message of a 4.x client's namespaced topic (``ns%T``, received
+            # as namespace ns, topic T), as on RocketMQ 5.3.3.
+            cfg = self._known_topic(request.topic)
             gcfg = self._group(request.group)
         except RequestError as exc:
             return pb.AckMessageResponse(status=status(exc.code, exc.message))
         results = []
         for entry in request.entries:
             try:
-                self.pop.ack(gcfg.groupName, cfg.topicName, entry.receipt_handle)
-                st = status(Code.OK)
+                if cfg is None:
+                    self.pop.check_handle(entry.receipt_handle)
+                    st = status(Code.INTERNAL_SERVER_ERROR, "ack failed: status is abnormal")
+                else:
+                    self.pop.ack(gcfg.groupName, cfg.topicName, entry.receipt_handle)
+                    st = status(Code.OK)
             except HandleError as exc:
                 st = status(_handle_code(exc), str(exc))
             results.append(
@@ -830,7 +840,7 @@ class MessagingService:
     async def change_invisible(self, request: Any, context: Any) -> Any:
         try:
             self._client(context)
-            cfg = self._topic(request.topic)
+            cfg = self._known_topic(request.topic)  # looked up by the broker, as an ack's
             gcfg = self._group(request.group)
             invisible = _ms(request.invisible_duration)
             if invisible < 0:
@@ -843,6 +853,12 @@ class MessagingService:
                     f"the invisibleTime is too large. max is {MAX_INVISIBLE_MS}",
                 )
             try:
+                if cfg is None:
+                    self.pop.check_handle(request.receipt_handle)
+                    raise RequestError(
+                        Code.INTERNAL_SERVER_ERROR,
+                        "changeInvisibleDuration failed: status is abnormal",
+                    )
                 fresh = self.pop.change_invisible(
                     gcfg.groupName, cfg.topicName, request.receipt_handle, invisible
                 )
