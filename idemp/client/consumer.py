@@ -696,7 +696,7 @@ class PushConsumer:
                     "originMsgId": msg.msg_id,
                     "originTopic": real_topic,
                     "unitMode": "false",
-                    "maxReconsumeTimes": str(self.settings.effective_max_reconsume()),
+                    "maxReconsumeTimes": str(self.settings.effective_max_reconsume(self.orderly)),
                 },
             )
         except RemotingError as exc:

@@ -176,7 +176,7 @@ class ConsumerSettings:
     pull_time_delay_when_exception: float = 3.0
     suspend_timeout_ms: int = 15_000  # broker long-poll hold
     pull_timeout: float = 30.0
-    max_reconsume_times: int = 16  # orderly: -1 = forever (Java's orderly default)
+    max_reconsume_times: int = 16  # -1: Java's defaults, forever (orderly) or 16
     send_back_retry_delay: float = 5.0
     # concurrent: the delay level of a failed message's send-back (Java's
     # delayLevelWhenNextConsume); 0 = the broker's schedule, level 3 + reconsume times
@@ -196,5 +196,9 @@ class ConsumerSettings:
     enable_trace: bool = False
     trace_topic: str = "RMQ_SYS_TRACE_TOPIC"
 
-    def effective_max_reconsume(self) -> int:
-        return self.max_reconsume_times if self.max_reconsume_times >= 0 else 2**31 - 1
+    def effective_max_reconsume(self, orderly: bool) -> int:
+        """-1 is Java's default: forever for an orderly consumer, 16 for a concurrent one
+        (ConsumeMessageOrderlyService / DefaultMQPushConsumerImpl.getMaxReconsumeTimes)."""
+        if self.max_reconsume_times >= 0:
+            return self.max_reconsume_times
+        return 2**31 - 1 if orderly else 16

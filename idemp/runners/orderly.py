@@ -135,7 +135,7 @@ class OrderlyRunner(RunnerBase):
         elif rest:
             failed = rest[0]
             given_up = n_ok < len(results) and results[n_ok] is ConsumeResult.DEAD_LETTER
-            if given_up or failed.reconsume_times >= self.settings.effective_max_reconsume():
+            if given_up or failed.reconsume_times >= self.settings.effective_max_reconsume(True):
                 if await self.consumer.send_back(failed, mq, delay_level=-1):
                     self.dlq_count += 1
                     log.warning(

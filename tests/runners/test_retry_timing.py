@@ -26,6 +26,7 @@ from idemp.guards import RIDE_HAILING_ORDER, CallableStateStore
 from idemp.message import answer_of
 from idemp.outcome import Outcome, Result
 from idemp.runners import ConcurrentRunner, OrderlyRunner
+from tests.broker.rawclient import RawClient
 from tests.client.conftest import wait_for
 
 LEVELS = " ".join(["1s", "2s"] + ["1h"] * 16)
@@ -223,3 +224,38 @@ def test_bad_retry_settings_fail_at_construction() -> None:
             store=CallableStateStore(load=lambda e: None, save=lambda e, s, t: True),
             hold_retry=5,  # type: ignore[arg-type]
         )
+
+
+def test_a_concurrent_groups_minus_one_is_javas_sixteen(
+    make_broker: Callable[..., BrokerProcess], tmp_path: Path
+) -> None:
+    """``max_reconsume_times=-1`` is Java's default: 16 for a concurrent consumer (its
+    send-back says 16), forever only for an orderly one. A message on its 17th delivery
+    (16 reconsumes, in the group's retry topic) that fails goes to the DLQ."""
+    store = tmp_path / "store"
+    broker = make_broker(store=store)
+    topic, group = "MinusOne", "minus-one"
+    seen: list[int] = []
+
+    def listener(message: Message) -> Any:
+        seen.append(message.reconsume_times)
+        return ConsumeResult.RECONSUME_LATER
+
+    runner = _runner(ConcurrentRunner, listener, broker, group, topic, max_reconsume_times=-1)
+    try:
+        runner.start()  # its heartbeat makes %RETRY%minus-one
+        with RawClient(broker.broker_addr) as raw:
+            sent = raw.send_message(
+                f"%RETRY%{group}",
+                b"x",
+                {"KEYS": "k16", "RETRY_TOPIC": topic},
+                extra={"reconsumeTimes": 16, "maxReconsumeTimes": 32},
+            )
+            assert sent.code == 0, sent.remark
+        dlq = f"%DLQ%{group}"
+        wait_for(
+            lambda: any(r["topic"] == dlq for r in rows(store, with_body=False)), 30, "the DLQ"
+        )
+    finally:
+        runner.shutdown()
+    assert seen == [16]
