@@ -64,6 +64,7 @@ class ListenerSpec:
     strategies: list[Strategy] = field(default_factory=list)  # built here: closed at stop
     sql: str | None = None  # an SQL92 selector over properties, instead of tags
     retry_delay_level: int = 0  # send-backs' delay level (0: the broker's schedule)
+    max_reconsume_times: int = 16  # then the DLQ (-1: Java's, 16 or forever when orderly)
 
     def lag(self) -> int:
         """Messages stored in the broker and not yet consumed by this instance's queues
@@ -141,6 +142,7 @@ class App:
         protocol: str = "remoting",
         sql: str | None = None,
         retry_delay_level: int = 0,
+        max_reconsume_times: int = 16,
     ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
         """Declare a listener: ``topic``, ``tags`` (a tag expression), consumer ``group``,
         ``orderly`` (per-queue order, the broker's queue locks) or concurrent, ``key`` and
@@ -155,7 +157,9 @@ class App:
         ``enablePropertyFilter=true``; the runner checks with them at start).
         ``retry_delay_level`` is the delay level of a concurrent listener's messages sent
         back unacked (0: RocketMQ's schedule, 10 s, 30 s, 1 min…; a listener's
-        ``ReconsumeLater`` chooses per message)."""
+        ``ReconsumeLater`` chooses per message); ``max_reconsume_times`` how many
+        redeliveries a message gets before it goes to the group's ``%DLQ%`` (16; -1 is
+        Java's default: 16, or forever for an orderly listener)."""
         check_group(f"listener on {topic}", group)
         if sql is not None and (not sql.strip() or tags != "*"):
             raise ValueError(
@@ -164,10 +168,16 @@ class App:
             )
         if protocol not in ("remoting", "grpc"):
             raise ValueError(f"listener on {topic}: protocol {protocol!r} is not remoting or grpc")
-        if protocol == "grpc" and retry_delay_level:
+        if protocol == "grpc" and (retry_delay_level or max_reconsume_times != 16):
             raise ValueError(
                 f"listener on {topic}: protocol='grpc': the RocketMQ 5 group's retry policy "
-                "spaces the deliveries, not retry_delay_level"
+                "spaces the deliveries and counts them (its retryMaxTimes), not "
+                "retry_delay_level or max_reconsume_times"
+            )
+        if not isinstance(max_reconsume_times, int) or max_reconsume_times < -1:
+            raise ValueError(
+                f"listener on {topic}: max_reconsume_times={max_reconsume_times!r}: "
+                "0 or more, or -1 (Java's default)"
             )
         if protocol == "grpc" and (orderly or batch_size != 1):
             raise ValueError(
@@ -196,6 +206,7 @@ class App:
                     protocol,
                     sql=sql,
                     retry_delay_level=retry_delay_level,
+                    max_reconsume_times=max_reconsume_times,
                 )
             )
             return fn
@@ -251,6 +262,7 @@ class App:
             consumer.consume_thread_count = spec.threads
         consumer.consume_batch_size = spec.batch_size
         consumer.retry_delay_level = spec.retry_delay_level
+        consumer.max_reconsume_times = spec.max_reconsume_times
         client = self._client_settings()
         runner_cls = OrderlyRunner if spec.orderly else ConcurrentRunner
         spec.runner = runner_cls(spec.listener, settings=consumer, client=client)

@@ -120,5 +120,6 @@ def test_orderly_and_batches_are_refused_for_grpc_listeners() -> None:
             app.listener("T", group="G", protocol="grpc", **options)
     with pytest.raises(ValueError, match="protocol 'http' is not remoting or grpc"):
         app.listener("T", group="G", protocol="http")
-    with pytest.raises(ValueError, match="group's retry policy spaces the deliveries"):
-        app.listener("T", group="G", protocol="grpc", retry_delay_level=1)
+    for options in ({"retry_delay_level": 1}, {"max_reconsume_times": 3}):
+        with pytest.raises(ValueError, match="group's retry policy spaces the deliveries"):
+            app.listener("T", group="G", protocol="grpc", **options)

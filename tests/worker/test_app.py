@@ -139,18 +139,21 @@ def test_a_listener_subscribed_with_an_sql92_selector(
         app.listener("Fares", group="g2", tags="ride", sql="cents > 1")
 
 
-def test_a_listeners_retry_level_reaches_its_runner_and_a_bad_one_fails_the_build(
+def test_a_listeners_retry_settings_reach_its_runner_and_bad_ones_fail_early(
     tmp_path: Any,
 ) -> None:
     app = App("svc", namesrv_addr="127.0.0.1:1")
     backend = f"sqlite:///{tmp_path / 'dedup.db'}"
 
-    @app.listener("Fares", group="g1", strategy=backend, retry_delay_level=2)
+    @app.listener("Fares", group="g1", strategy=backend, retry_delay_level=2, max_reconsume_times=3)
     def fares(message: Message) -> None:
         pass
 
     app.build()  # builds the runners; nothing connects yet
-    assert app.listeners[0].runner.settings.retry_delay_level == 2
+    settings = app.listeners[0].runner.settings
+    assert (settings.retry_delay_level, settings.max_reconsume_times) == (2, 3)
+    with pytest.raises(ValueError, match="max_reconsume_times=-2: 0 or more, or -1"):
+        app.listener("Fares", group="g3", max_reconsume_times=-2)
     bad = App("svc2", namesrv_addr="127.0.0.1:1")
     bad.listener("Fares", group="g2", strategy=backend, retry_delay_level=-2)(fares)
     with pytest.raises(ValueError, match="retry_delay_level=-2"):
