@@ -280,6 +280,7 @@ class App:
         s = self.settings
         return ClientSettings(
             namesrv_addr=addr,
+            namespace=s.namespace,
             access_key=s.access_key,
             secret_key=s.secret_key,
             security_token=s.security_token,

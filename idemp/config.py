@@ -64,7 +64,7 @@ class IdempSettings(BaseSettings):
     ``strategy`` (default: from the URL's scheme), ``deadline_s`` (60: how long a claim
     holds before another consumer may take it over), ``retention_s`` (7 days),
     ``transactional``, ``table``, ``key_prefix``, ``lock_timeout_s``, ``namesrv``,
-    ``endpoint``, the ACL account (``access_key``, ``secret_key``), ``use_tls``,
+    ``endpoint``, ``namespace``, the ACL account (``access_key``, ``secret_key``), ``use_tls``,
     ``tls_ca_file``, ``trace`` (message traces); ``listeners``
     overrides any of them per listener name (``IDEMP_LISTENERS__orders__BACKEND=...``).
     ``strategy_for(name)`` builds the strategy a listener should use.
@@ -85,6 +85,8 @@ class IdempSettings(BaseSettings):
     listeners: dict[str, ListenerSettings] = Field(default_factory=dict)
     namesrv: str | None = None  # the nameserver an App's listeners consume from
     endpoint: str | None = None  # the RocketMQ 5 proxy (gRPC) of an App's grpc listeners
+    # the Java client's namespace: an App's topics and groups are ``<namespace>%<name>``
+    namespace: str = ""
     # RocketMQ ACL: the account an App's listeners sign their requests with
     access_key: str = ""
     secret_key: str = Field(default="", repr=False)

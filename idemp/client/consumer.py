@@ -30,7 +30,7 @@ from idemp.remoting import (
     offset_msg_id,
     parse_subscription,
 )
-from idemp.remoting.codes import RETRY_GROUP_TOPIC_PREFIX
+from idemp.remoting.codes import RETRY_GROUP_TOPIC_PREFIX, strip_namespace, wrap_namespace
 
 from . import running_info
 from .instance import ClientInstance
@@ -122,13 +122,17 @@ def _offset_msg_id(ext: MessageExt) -> str:
     return f"{prefix}{ext.commit_log_offset & 0xFFFFFFFFFFFFFFFF:016X}"
 
 
-def to_message(ext: MessageExt, mq: MessageQueue, group: str) -> Message:
-    """The runner-facing ``idemp.Message``; a retried message shows its real topic."""
+def to_message(ext: MessageExt, mq: MessageQueue, group: str, namespace: str = "") -> Message:
+    """The runner-facing ``idemp.Message``; a retried message shows its real topic, and
+    a client with a namespace shows it without (ConsumeMessageConcurrentlyService's
+    resetRetryAndNamespace)."""
     props = ext.properties
     topic = ext.topic
     real = props.get(Prop.RETRY_TOPIC)
     if real and topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
         topic = real
+    if namespace:
+        topic = strip_namespace(namespace, topic)
     raw_keys = props.get(Prop.KEYS)
     offset_id = _offset_msg_id(ext)
     # positional, in the fields' order (keywords cost 0.35 µs a message)
@@ -158,7 +162,10 @@ class PushConsumer:
         service: ConsumeService,
     ) -> None:
         self.settings = settings
-        self.group = settings.group
+        # on the wire, in the client's namespace; the listener's messages name the group
+        # as configured (settings.group)
+        self.namespace = client.namespace
+        self.group = wrap_namespace(client.namespace, settings.group)
         self.client_settings = client
         self.service = service
         self.orderly = service.orderly
@@ -183,6 +190,7 @@ class PushConsumer:
         """``expression``: tags (``"A || B"``, ``"*"``), or with ``expression_type="SQL92"``
         a selector over the message's properties (``"a > 5 AND TAGS = 'A'"``), which the
         broker evaluates (RocketMQ needs ``enablePropertyFilter=true``; checked at start)."""
+        topic = wrap_namespace(self.namespace, topic)
         self.subscriptions[topic] = Subscription.build(topic, expression, expression_type)
 
     def start(self, timeout: float | None = None) -> None:
@@ -358,7 +366,8 @@ class PushConsumer:
         """CONSUME_MESSAGE_DIRECTLY (``mqadmin queryMsgById -g -d``, the dashboard's
         resend): ConsumeMessageDirectlyResult. The message's queue, offset and retries are
         not touched; a decorated listener deduplicates it as any other delivery."""
-        msg = to_message(ext, MessageQueue(ext.topic, broker_name, ext.queue_id), self.group)
+        mq = MessageQueue(ext.topic, broker_name, ext.queue_id)
+        msg = to_message(ext, mq, self.settings.group, self.namespace)
         began = time.monotonic()
         result, remark = await self.service.consume_directly(msg)
         return {

@@ -35,7 +35,7 @@ from idemp.remoting import (
     encode_properties,
     parse_offset_msg_id,
 )
-from idemp.remoting.codes import REPLY_MESSAGE_FLAG
+from idemp.remoting.codes import REPLY_MESSAGE_FLAG, strip_namespace, wrap_namespace
 from idemp.remoting.message import compress_body
 
 from .instance import ClientInstance
@@ -160,9 +160,11 @@ class AsyncProducer:
         settings: ProducerSettings,
         instance: ClientInstance,
         check: TransactionCheck | None = None,
+        namespace: str = "",
     ) -> None:
         self.settings = settings
-        self.group = settings.group
+        self.namespace = namespace
+        self.group = wrap_namespace(namespace, settings.group)
         self.instance = instance
         self.check = check
         self.ids = UniqKeyGenerator(instance.settings.client_ip)
@@ -507,6 +509,8 @@ class AsyncProducer:
             log.warning("transaction check for group %s but no check callback", self.group)
             return
         msg = decode_messages(cmd.body)[0]
+        wire_topic = msg.topic
+        msg.topic = strip_namespace(self.namespace, wire_topic)  # as the check sent it
         loop = asyncio.get_running_loop()
         try:
             state = await loop.run_in_executor(None, self.check, msg)
@@ -517,7 +521,7 @@ class AsyncProducer:
         msg_id = msg.uniq_key or f.get("msgId", "")
         props = msg.properties
         self._trace_end(
-            msg.topic, props.get(Prop.MSG_REGION), props.get(Prop.TAGS), props.get(Prop.KEYS),
+            wire_topic, props.get(Prop.MSG_REGION), props.get(Prop.TAGS), props.get(Prop.KEYS),
             msg_id, conn.addr, state, True,
         )  # fmt: skip
         await self.instance.broker_oneway(
@@ -557,9 +561,33 @@ class Producer:
 
     def start(self) -> Producer:
         self.instance = ClientInstance.acquire(self.client_settings)
-        self.core = AsyncProducer(self.settings, self.instance, self.transaction_check)
-        self.instance.producers[self.settings.group] = self.core
+        self.core = AsyncProducer(
+            self.settings, self.instance, self.transaction_check, self.client_settings.namespace
+        )
+        self.instance.producers[self.core.group] = self.core
         return self
+
+    # A namespace (ClientSettings.namespace) is added to the topics sent to and taken off
+    # the queues answered, here at the facade, as the Java client's producer does.
+    def _out(self, msg: OutMessage) -> OutMessage:
+        topic = wrap_namespace(self.client_settings.namespace, msg.topic)
+        return msg if topic == msg.topic else dataclasses.replace(msg, topic=topic)
+
+    def _out_queue(self, queue: MessageQueue | None) -> MessageQueue | None:
+        if queue is None or not self.client_settings.namespace:
+            return queue
+        topic = wrap_namespace(self.client_settings.namespace, queue.topic)
+        return MessageQueue(topic, queue.broker_name, queue.queue_id)
+
+    def _back(self, queue: MessageQueue) -> MessageQueue:
+        if not self.client_settings.namespace:
+            return queue
+        topic = strip_namespace(self.client_settings.namespace, queue.topic)
+        return MessageQueue(topic, queue.broker_name, queue.queue_id)
+
+    def _result(self, result: SendResult) -> SendResult:
+        result.queue = self._back(result.queue)
+        return result
 
     def _call(self, coro: Any) -> Any:
         if self.instance is None:
@@ -573,8 +601,9 @@ class Producer:
         return self.core
 
     def send(self, msg: OutMessage, queue: MessageQueue | None = None) -> SendResult:
-        result: SendResult = self._call(self._core().send(msg, queue=queue))
-        return result
+        core = self._core()
+        result: SendResult = self._call(core.send(self._out(msg), queue=self._out_queue(queue)))
+        return self._result(result)
 
     def send_async(
         self, msg: OutMessage, queue: MessageQueue | None = None
@@ -583,48 +612,66 @@ class Producer:
         and callbacks added to it run on the client's I/O thread, so keep them short."""
         if self.instance is None:
             raise RuntimeError("producer is not started")
-        return self.instance.loop_thread.submit(self._core().send(msg, queue=queue))
+        sent = self._core().send(self._out(msg), queue=self._out_queue(queue))
+        future = self.instance.loop_thread.submit(sent)
+        if not self.client_settings.namespace:
+            return future
+        plain: concurrent.futures.Future[SendResult] = concurrent.futures.Future()
+
+        def done(f: concurrent.futures.Future[SendResult]) -> None:
+            error = f.exception()
+            if error is not None:
+                plain.set_exception(error)
+            else:
+                plain.set_result(self._result(f.result()))
+
+        future.add_done_callback(done)
+        return plain
 
     def send_oneway(self, msg: OutMessage, queue: MessageQueue | None = None) -> str:
         """Send without waiting for the broker's answer: one attempt, nothing reported
         back (a lost message is not seen). Returns the message's id (UNIQ_KEY)."""
-        msg_id: str = self._call(self._core().send_oneway(msg, queue))
+        msg_id: str = self._call(self._core().send_oneway(self._out(msg), self._out_queue(queue)))
         return msg_id
 
     def request(self, msg: OutMessage, timeout: float = 3.0) -> Message:
         """Send ``msg`` and wait for its reply (a consumer answers with ``create_reply``);
         ReplyTimeout when none comes within ``timeout`` seconds."""
-        reply: Message = self._call(self._core().request(msg, timeout))
+        reply: Message = self._call(self._core().request(self._out(msg), timeout))
         return reply
 
     def send_orderly(self, msg: OutMessage, sharding_key: str) -> SendResult:
         """The queue is ``std::hash(sharding_key) % queues``, as the official client."""
-        result: SendResult = self._call(self._core().send(msg, sharding_key=sharding_key))
-        return result
+        core = self._core()
+        result: SendResult = self._call(core.send(self._out(msg), sharding_key=sharding_key))
+        return self._result(result)
 
     def send_batch(
         self, msgs: Sequence[OutMessage], queue: MessageQueue | None = None
     ) -> SendResult:
-        result: SendResult = self._call(self._core().send_batch(msgs, queue))
-        return result
+        wire = [self._out(m) for m in msgs]
+        result: SendResult = self._call(self._core().send_batch(wire, self._out_queue(queue)))
+        return self._result(result)
 
     def publish_queues(self, topic: str) -> list[MessageQueue]:
         """The topic's writable queues (for ``send_batch(msgs, queue)`` by sharding key)."""
+        topic = wrap_namespace(self.client_settings.namespace, topic)
         queues: list[MessageQueue] = self._call(self._core().publish_queues(topic))
-        return queues
+        return [self._back(q) for q in queues]
 
     def send_in_transaction(self, msg: OutMessage, local: LocalTransaction) -> SendResult:
         """Half message, then ``local(msg, result)`` in this thread, then commit/rollback."""
         if self.core is None:
             raise RuntimeError("producer is not started")
         core = self.core
-        result: SendResult = self._call(core.send(msg, transactional=True))
+        wire = self._out(msg)
+        result: SendResult = self._result(self._call(core.send(wire, transactional=True)))
         try:
             state = local(msg, result)
         except Exception:
             log.exception("local transaction raised; rolling back")
             state = TransactionState.ROLLBACK
-        self._call(core.end_transaction(result, state, msg=msg))
+        self._call(core.end_transaction(result, state, msg=wire))
         result.transaction_state = state
         return result
 
@@ -632,9 +679,10 @@ class Producer:
         if self.instance is None:
             return
         inst = self.instance
-        inst.producers.pop(self.settings.group, None)
+        group = self.core.group if self.core is not None else self.settings.group
+        inst.producers.pop(group, None)
         try:
-            inst.loop_thread.call(inst.unregister(producer_group=self.settings.group), timeout=10)
+            inst.loop_thread.call(inst.unregister(producer_group=group), timeout=10)
         except Exception as exc:
             log.info("unregister failed: %s", exc)
         self.instance = None

@@ -8,6 +8,7 @@ Times are in seconds unless the name says ``_ms``.
 from __future__ import annotations
 
 import os
+import re
 import socket
 import ssl
 from collections.abc import Callable
@@ -16,6 +17,8 @@ from enum import Enum
 
 from idemp.remoting import RemotingCommand
 from idemp.remoting.acl import sign
+
+_NAMESPACE = re.compile(r"[A-Za-z0-9_-]+")
 
 
 class MessageModel(str, Enum):
@@ -57,6 +60,9 @@ class ClientSettings:
 
     namesrv_addr: str = field(default_factory=lambda: os.environ.get("NAMESRV_ADDR", ""))
     instance_name: str = "DEFAULT"
+    # the Java client's namespace (ClientConfig.setNamespace): topics and groups go on the
+    # wire as ``<namespace>%<name>``; listeners and send results see the names without it
+    namespace: str = field(default_factory=lambda: os.environ.get("IDEMP_NAMESPACE", ""))
     client_ip: str = field(default_factory=local_ip)
     request_timeout: float = 3.0  # sync calls (ClientConfig / C++ default 3000 ms)
     connect_timeout: float = 3.0
@@ -89,6 +95,11 @@ class ClientSettings:
     tls_key_file: str = field(default_factory=lambda: os.environ.get("IDEMP_TLS_KEY_FILE", ""))
 
     def __post_init__(self) -> None:
+        if self.namespace and not _NAMESPACE.fullmatch(self.namespace):
+            raise ValueError(
+                f"namespace {self.namespace!r}: letters, digits, '_' and '-' only "
+                "(ClientSettings, or IDEMP_NAMESPACE)"
+            )
         if bool(self.access_key) != bool(self.secret_key):
             given, missing = (
                 ("access_key", "secret_key") if self.access_key else ("secret_key", "access_key")

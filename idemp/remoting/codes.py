@@ -248,22 +248,55 @@ SYSTEM_TOPICS = NOT_ALLOWED_SEND_TOPICS | {"BenchmarkTest", "RMQ_SYS_TRACE_TOPIC
 NAMESPACE_SEPARATOR = "%"
 
 
+def _no_namespace(resource: str) -> bool:
+    return (
+        not resource
+        or resource in SYSTEM_TOPICS
+        or resource == DEFAULT_TOPIC
+        or resource.startswith((SYSTEM_TOPIC_PREFIX, "CID_RMQ_SYS_"))
+    )
+
+
+def _retry_or_dlq_prefix(resource: str) -> str:
+    for kind in (RETRY_GROUP_TOPIC_PREFIX, DLQ_GROUP_TOPIC_PREFIX):
+        if resource.startswith(kind):
+            return kind
+    return ""
+
+
+def wrap_namespace(namespace: str, resource: str) -> str:
+    """A topic or group as a 4.x client with ``namespace`` names it on the wire
+    (NamespaceUtil.wrapNamespace): ``Orders`` → ``ns%Orders``, ``%RETRY%g`` →
+    ``%RETRY%ns%g``; the broker's own names, and names already wrapped, stay."""
+    if not namespace or _no_namespace(resource):
+        return resource
+    prefix = _retry_or_dlq_prefix(resource)
+    rest = resource[len(prefix) :]
+    if rest.startswith(namespace + NAMESPACE_SEPARATOR):
+        return resource
+    return f"{prefix}{namespace}{NAMESPACE_SEPARATOR}{rest}"
+
+
+def strip_namespace(namespace: str, resource: str) -> str:
+    """``wrap_namespace`` undone, for names in ``namespace`` only (what a namespaced 4.x
+    client shows its listener: NamespaceUtil.withoutNamespace(resource, namespace))."""
+    if not namespace or _no_namespace(resource):
+        return resource
+    prefix = _retry_or_dlq_prefix(resource)
+    head = namespace + NAMESPACE_SEPARATOR
+    if resource[len(prefix) :].startswith(head):
+        return prefix + resource[len(prefix) + len(head) :]
+    return resource
+
+
 def split_namespace(resource: str) -> tuple[str, str]:
     """A name a 4.x client with a namespace made (``ns%Orders``, ``%RETRY%ns%billing``) as
     (namespace, the name without it): how RocketMQ 5's proxy names a stored topic to a 5.x
     client (NamespaceUtil.getNamespaceFromResource and withoutNamespace). The broker's own
     topics and groups, and names without a namespace, have none."""
-    if (
-        not resource
-        or resource in SYSTEM_TOPICS
-        or resource == DEFAULT_TOPIC
-        or resource.startswith((SYSTEM_TOPIC_PREFIX, "CID_RMQ_SYS_"))
-    ):
+    if _no_namespace(resource):
         return "", resource
-    prefix = ""
-    for kind in (RETRY_GROUP_TOPIC_PREFIX, DLQ_GROUP_TOPIC_PREFIX):
-        if resource.startswith(kind):
-            prefix = kind
+    prefix = _retry_or_dlq_prefix(resource)
     rest = resource[len(prefix) :]
     index = rest.find(NAMESPACE_SEPARATOR)
     if index <= 0:

@@ -53,8 +53,8 @@ def _call_sync(
     # the messages are built here, in the listener's thread, not on the client's loop:
     # the loop then holds the GIL less often while the listener's thread runs, and the
     # two contend less (measured: ~4 % more messages a second in the end-to-end suite)
-    group = runner.settings.group
-    msgs = [to_message(e, mq, group) for e in exts]
+    group, namespace = runner.settings.group, runner.consumer.namespace
+    msgs = [to_message(e, mq, group, namespace) for e in exts]
     batch = getattr(listener, "consume_batch", None)
     if batch is not None and len(msgs) > 1:
         # a decorated listener: one store transaction (or round trip) for the batch
@@ -176,8 +176,8 @@ class RunnerBase:
                 self.executor, _call_sync, self.listener, exts, mq, stop_on_failure, self
             )
         assert self._async_slots is not None
-        group = self.settings.group
-        msgs = [to_message(e, mq, group) for e in exts]
+        group, namespace = self.settings.group, self.consumer.namespace
+        msgs = [to_message(e, mq, group, namespace) for e in exts]
         out: list[Answer] = []
         async with self._async_slots:
             for m in msgs:

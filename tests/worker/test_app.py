@@ -15,6 +15,7 @@ import pytest
 from idemp import App, Message, Outcome
 from idemp.broker.process import BrokerProcess
 from idemp.client import ConsumeFrom, OutMessage, Producer
+from idemp.config import IdempSettings
 from idemp.strategies import RedisFlag, UniqueKeyTable
 from tests.client.conftest import wait_for
 
@@ -139,7 +140,7 @@ def test_a_listener_subscribed_with_an_sql92_selector(
         app.listener("Fares", group="g2", tags="ride", sql="cents > 1")
 
 
-def test_a_listeners_retry_settings_reach_its_runner_and_bad_ones_fail_early(
+def test_a_listeners_consumer_settings_reach_its_runner_and_bad_ones_fail_early(
     tmp_path: Any,
 ) -> None:
     app = App("svc", namesrv_addr="127.0.0.1:1")
@@ -154,6 +155,17 @@ def test_a_listeners_retry_settings_reach_its_runner_and_bad_ones_fail_early(
     assert (settings.retry_delay_level, settings.max_reconsume_times) == (2, 3)
     with pytest.raises(ValueError, match="max_reconsume_times=-2: 0 or more, or -1"):
         app.listener("Fares", group="g3", max_reconsume_times=-2)
+    # the settings' namespace (IDEMP_NAMESPACE) is the runners': on the wire only
+    spaced = App(
+        "svc3",
+        namesrv_addr="127.0.0.1:1",
+        settings=IdempSettings(backend=backend, namespace="ns1"),
+    )
+    spaced.listener("Fares", group="g4")(fares)
+    spaced.build()
+    runner = spaced.listeners[0].runner
+    assert (runner.consumer.group, runner.settings.group) == ("ns1%g4", "g4")
+    assert list(runner.consumer.subscriptions) == ["ns1%Fares"]
     bad = App("svc2", namesrv_addr="127.0.0.1:1")
     bad.listener("Fares", group="g2", strategy=backend, retry_delay_level=-2)(fares)
     with pytest.raises(ValueError, match="retry_delay_level=-2"):
