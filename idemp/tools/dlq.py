@@ -28,12 +28,14 @@ from collections.abc import Sequence
 from typing import Any
 
 from idemp.client.producer import OutMessage, Producer, SendResult
+from idemp.client.settings import ClientSettings
 from idemp.remoting import MessageExt
 from idemp.remoting.codes import (
     DLQ_GROUP_TOPIC_PREFIX,
     RETRY_GROUP_TOPIC_PREFIX,
     Prop,
     pop_retry_topic,
+    wrap_namespace,
 )
 from idemp.tools.history_pull import HistoryError, HistoryPuller, TimeRange
 
@@ -157,6 +159,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     try:
+        # a group in a namespace (IDEMP_NAMESPACE, as its consumers' ClientSettings) is
+        # ns%group on the wire: its dead letters are in %DLQ%ns%group
+        namespace = ClientSettings(namesrv_addr=args.namesrv).namespace
+    except ValueError as exc:
+        print(f"idemp dlq: {exc}", file=sys.stderr)
+        return 2
+    args.group = wrap_namespace(namespace, args.group)
+    try:
         letters = dead_letters(args.namesrv, args.group)
     except HistoryError as exc:
         print(f"idemp dlq: {exc}", file=sys.stderr)
@@ -183,7 +193,7 @@ def run(args: argparse.Namespace) -> int:
     for msg, result in replay(args.namesrv, args.group, chosen, args.to):
         print(
             f"replayed {msg.uniq_key or msg.offset_msg_id} ({retry_route(msg, args.group)[1]}) "
-            f"to {result.queue.topic} at offset {result.queue_offset}"
+            f"to {wrap_namespace(namespace, result.queue.topic)} at offset {result.queue_offset}"
         )
     return 0
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -17,8 +18,9 @@ from tests.client.conftest import broker, make_broker, wait_for  # noqa: F401 - 
 DLQ = [sys.executable, "-m", "idemp", "dlq"]
 
 
-def _dlq(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*DLQ, *args], capture_output=True, text=True, timeout=60)
+def _dlq(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    environ = {**os.environ, **(env or {})}
+    return subprocess.run([*DLQ, *args], capture_output=True, text=True, timeout=60, env=environ)
 
 
 class Listener:
@@ -41,11 +43,18 @@ class Listener:
             return [m.body for m in self.got]
 
 
-def _runner(broker: BrokerProcess, group: str, listener: Listener) -> ConcurrentRunner:  # noqa: F811
+def _runner(
+    broker: BrokerProcess,  # noqa: F811
+    group: str,
+    listener: Listener,
+    namespace: str = "",
+) -> ConcurrentRunner:
     r = ConcurrentRunner(
         listener,
         settings=ConsumerSettings(group=group, consume_from=ConsumeFrom.FIRST_OFFSET),
-        client=ClientSettings(namesrv_addr=broker.namesrv_addr, rebalance_interval=1.0),
+        client=ClientSettings(
+            namesrv_addr=broker.namesrv_addr, rebalance_interval=1.0, namespace=namespace
+        ),
     )
     r.subscribe("Bills")
     return r
@@ -136,3 +145,32 @@ def test_the_retry_topic_a_replay_goes_to() -> None:
     assert route(RETRY_TOPIC="%RETRY%g+Bills") == ("%RETRY%g+Bills", "Bills")
     assert route(RETRY_TOPIC="Bills", **{"1ST_POP_TIME": "1"}) == ("%RETRY%g_Bills", "Bills")
     assert route() == ("%RETRY%g", "%DLQ%g")  # sent to the DLQ by hand: no better name
+
+
+def test_a_namespaced_groups_dead_letters(broker: BrokerProcess) -> None:  # noqa: F811
+    """With the consumers' namespace (IDEMP_NAMESPACE) the tool takes the group's plain
+    name: its dead letters are in %DLQ%ns1%billing, its retry topic %RETRY%ns1%billing."""
+    ns, spaced = broker.namesrv_addr, {"IDEMP_NAMESPACE": "ns1"}
+    client = ClientSettings(namesrv_addr=ns, namespace="ns1")
+    with Producer(client=client) as producer:
+        sent = producer.send(OutMessage("Bills", b"bad 1", keys=["k1"]))
+    billing = Listener()
+    runner = _runner(broker, "billing", billing, namespace="ns1")
+    runner.start()
+    try:
+        wait_for(lambda: len(dead_letters(ns, "ns1%billing")) == 1, 30, "the dead letter", 0.2)
+        listed = _dlq("list", "--namesrv", ns, "--group", "billing", "--json", env=spaced)
+        (row,) = [json.loads(line) for line in listed.stdout.splitlines()]
+        assert (row["msg_id"], row["topic"]) == (sent.msg_id, "ns1%Bills")
+        billing.broken = False
+        replayed = _dlq("replay", "--namesrv", ns, "--group", "billing", "--all", env=spaced)
+        assert replayed.stdout.startswith(
+            f"replayed {sent.msg_id} (ns1%Bills) to %RETRY%ns1%billing at offset "
+        ), replayed.stderr
+        wait_for(lambda: len(billing.got) == 2, 30, "the replayed message")
+    finally:
+        runner.shutdown()
+    assert [(m.topic, m.msg_id, m.reconsume_times) for m in billing.got] == [
+        ("Bills", sent.msg_id, 0),
+        ("Bills", sent.msg_id, 0),
+    ]
