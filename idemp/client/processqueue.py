@@ -22,6 +22,9 @@ class ProcessQueue:
         self._offsets: list[int] = []
         self._msgs: dict[int, MessageExt] = {}
         self.consuming: dict[int, MessageExt] = {}
+        # concurrent: when each held message's listener last started (loop time), for
+        # the expired-message cleaner (Java's CONSUME_START_TIME)
+        self.consume_started: dict[int, float] = {}
         self.msg_size = 0
         self.max_offset = -1  # highest offset ever put
         self.broker_max_offset = -1  # the queue's max offset in the broker, at the last pull
@@ -70,6 +73,7 @@ class ProcessQueue:
         self._offsets.clear()
         self._msgs.clear()
         self.consuming.clear()
+        self.consume_started.clear()
         self.msg_size = 0
 
     # --- concurrent --------------------------------------------------------------
@@ -77,13 +81,27 @@ class ProcessQueue:
         """Forget consumed messages; return the offset to commit (-1: nothing new)."""
         if not self._msgs and not msgs:
             return -1
+        started = self.consume_started
         for m in msgs:
+            started.pop(m.queue_offset, None)
             if self._msgs.pop(m.queue_offset, None) is not None:
                 self.msg_size -= len(m.body)
                 i = bisect.bisect_left(self._offsets, m.queue_offset)
                 if i < len(self._offsets) and self._offsets[i] == m.queue_offset:
                     del self._offsets[i]
         return self._offsets[0] if self._offsets else self.max_offset + 1
+
+    def expired(self, started_before: float, limit: int = 16) -> list[MessageExt]:
+        """The oldest held messages whose listener started before ``started_before``,
+        up to ``limit``, stopping at the first that did not (ProcessQueue.cleanExpiredMsg:
+        one stuck listener must not hold the committed offset back for ever)."""
+        out: list[MessageExt] = []
+        for offset in self._offsets[:limit]:
+            began = self.consume_started.get(offset)
+            if began is None or began >= started_before:
+                break
+            out.append(self._msgs[offset])
+        return out
 
     # --- orderly -----------------------------------------------------------------
     def take(self, n: int) -> list[MessageExt]:

@@ -192,6 +192,8 @@ class ConsumerSettings:
     # concurrent: the delay level of a failed message's send-back (Java's
     # delayLevelWhenNextConsume); 0 = the broker's schedule, level 3 + reconsume times
     retry_delay_level: int = 0
+    # concurrent: a message whose listener runs longer is sent back and its offset passed
+    # (Java's consumeTimeout); both runners: how long a shutdown waits for listeners
     consume_timeout_minutes: float = 15.0
     # Orderly (ConsumeMessageOrderlyService / RebalanceImpl / ProcessQueue)
     lock_renew_interval: float = 20.0  # REBALANCE_LOCK_INTERVAL

@@ -43,6 +43,40 @@ class ConcurrentRunner(RunnerBase):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._tasks: set[asyncio.Future[Any]] = set()
+        self._cleaner: asyncio.Task[None] | None = None
+        self.expired_count = 0  # messages sent back because their listener ran too long
+
+    def service_start(self, consumer: Any) -> None:
+        super().service_start(consumer)
+        if consumer.clustering:
+            self._cleaner = asyncio.ensure_future(self._clean_expired())
+
+    async def _clean_expired(self) -> None:
+        """Every ``consume_timeout_minutes``, send back (delay level 3) the oldest messages
+        of each queue whose listener started longer ago than that, and let the queue's
+        offset move past them, as Java's cleanExpireMsg does. The listener still running
+        is not stopped: its result, when it comes, is the outcome of a delivery already
+        given up on (a decorated listener's claim decides what the new copy does)."""
+        period = self.settings.consume_timeout_minutes * 60
+        loop = asyncio.get_running_loop()
+        while not self.stopping:
+            await asyncio.sleep(period)
+            for mq, pq in list(self.consumer.process_queues.items()):
+                for ext in pq.expired(loop.time() - period):
+                    if pq.dropped or self.stopping:
+                        break
+                    if not await self.consumer.send_back(ext, mq, delay_level=3):
+                        break  # tried again at the next round
+                    self.expired_count += 1
+                    log.warning(
+                        "%s: %s consumed for over %.0f s: sent back (consume timeout)",
+                        mq,
+                        ext.msg_id,
+                        period,
+                    )
+                    offset = pq.remove([ext])
+                    if not pq.dropped:
+                        self.consumer.commit_offset(mq, offset)
 
     def dispatch(self, mq: MessageQueue, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
         if self.stopping:
@@ -59,8 +93,12 @@ class ConcurrentRunner(RunnerBase):
     async def _consume(self, mq: MessageQueue, pq: ProcessQueue, exts: list[MessageExt]) -> None:
         if pq.dropped:
             return
+        loop = asyncio.get_running_loop()
+        began, started = loop.time(), pq.consume_started
+        for e in exts:
+            started[e.queue_offset] = began
         results = await self.call_listener(exts, mq, False)
-        pq.last_consume_time = asyncio.get_running_loop().time()
+        pq.last_consume_time = loop.time()
         if pq.dropped or len(results) < len(exts):
             # the queue moved on, or the runner stopped mid-batch: its next owner consumes
             # from the committed offset (what ran here is then absorbed as a duplicate)
@@ -90,7 +128,6 @@ class ConcurrentRunner(RunnerBase):
         if retry_here and not self.stopping:
             for e in retry_here:
                 e.reconsume_times += 1
-            loop = asyncio.get_running_loop()
             loop.call_later(
                 self.settings.send_back_retry_delay,
                 lambda: self._spawn(self._consume(mq, pq, retry_here)),
@@ -99,4 +136,6 @@ class ConcurrentRunner(RunnerBase):
     async def service_shutdown(self) -> None:
         """Let the batches in hand finish (bounded by the consume timeout)."""
         self.stopping = True
+        if self._cleaner is not None:
+            self._cleaner.cancel()
         await wait_tasks(self._tasks, self.settings.consume_timeout_minutes * 60)
