@@ -6,7 +6,6 @@ history export, and so the reconciliation, sees it as a dead letter (kind ``dlq`
 from __future__ import annotations
 
 import json
-import threading
 from base64 import b64decode
 from collections.abc import Callable
 from pathlib import Path
@@ -17,9 +16,10 @@ from idemp import Message, guarded, stats
 from idemp.broker.export import rows
 from idemp.broker.process import BrokerProcess
 from idemp.client import ClientSettings, ConsumeFrom, ConsumerSettings, OutMessage, Producer
-from idemp.guards import RIDE_HAILING_ORDER, CallableStateStore
+from idemp.guards import RIDE_HAILING_ORDER
 from idemp.runners import ConcurrentRunner, OrderlyRunner
 from tests.client.conftest import FAST_DELAYS, wait_for
+from tests.runners.conftest import memory_states
 
 TOPIC = "Rides"
 
@@ -38,23 +38,15 @@ def test_transition_held_too_long_goes_to_the_dlq(
     broker = make_broker(store=store_dir, messageDelayLevel=FAST_DELAYS)
     group = f"rides-{runner_cls.__name__.lower()}"
     name = f"dlq-{group}"
-    states: dict[str, str] = {}
-    lock = threading.Lock()
+    states, store = memory_states()
     applied: list[tuple[str, str]] = []
-
-    def save(entity: str, source: str | None, target: str) -> bool:
-        with lock:
-            if states.get(entity) != source:
-                return False
-            states[entity] = target
-            return True
 
     # max_holds=0: the first hold is already one too many (the default policy applies).
     @guarded(
         RIDE_HAILING_ORDER,
         entity="json:order",
         target="json:state",
-        store=CallableStateStore(load=states.get, save=save),
+        store=store,
         max_holds=0,
         name=name,
     )

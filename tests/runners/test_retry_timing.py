@@ -10,7 +10,6 @@ message that comes back within the test's wait was sent back at level 1 or 2."""
 from __future__ import annotations
 
 import json
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -28,6 +27,7 @@ from idemp.outcome import Outcome, Result
 from idemp.runners import ConcurrentRunner, OrderlyRunner
 from tests.broker.rawclient import RawClient
 from tests.client.conftest import wait_for
+from tests.runners.conftest import memory_states
 
 LEVELS = " ".join(["1s", "2s"] + ["1h"] * 16)
 SCHEDULE = "SCHEDULE_TOPIC_XXXX"
@@ -137,22 +137,14 @@ def test_a_held_transition_comes_back_at_the_guards_level(
     store = tmp_path / "store"
     broker = make_broker(store=store, messageDelayLevel=LEVELS)
     topic, group, name = "LaterRides", "later-rides", "later-rides"
-    states: dict[str, str] = {}
-    lock = threading.Lock()
+    _, states = memory_states()
     applied: list[str] = []
-
-    def save(entity: str, source: str | None, target: str) -> bool:
-        with lock:
-            if states.get(entity) != source:
-                return False
-            states[entity] = target
-            return True
 
     @guarded(
         RIDE_HAILING_ORDER,
         entity="json:order",
         target="json:state",
-        store=CallableStateStore(load=states.get, save=save),
+        store=states,
         hold_retry=ReconsumeLater(delay_level=1),
         name=name,
     )

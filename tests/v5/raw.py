@@ -68,6 +68,57 @@ class Raw:
             done.set()
             stream.cancel()
 
+    def ack(
+        self, group: str, topic: str, handle: str, message_id: str = "01"
+    ) -> tuple[int, str, list[tuple[int, str]]]:
+        """AckMessage of one handle: (code, message, [(entry code, entry message)])."""
+        answer = self.unary(
+            "AckMessage",
+            pb.AckMessageRequest(
+                group=resource(group),
+                topic=resource(topic),
+                entries=[pb.AckMessageEntry(message_id=message_id, receipt_handle=handle)],
+            ),
+            pb.AckMessageResponse,
+        )
+        entries = [(e.status.code, e.status.message) for e in answer.entries]
+        return answer.status.code, answer.status.message, entries
+
+    def change(
+        self, group: str, topic: str, handle: str, message_id: str = "01", seconds: int = 10
+    ) -> tuple[int, str]:
+        """ChangeInvisibleDuration of one handle: (code, message)."""
+        answer = self.unary(
+            "ChangeInvisibleDuration",
+            pb.ChangeInvisibleDurationRequest(
+                group=resource(group),
+                topic=resource(topic),
+                receipt_handle=handle,
+                message_id=message_id,
+                invisible_duration={"seconds": seconds},
+            ),
+            pb.ChangeInvisibleDurationResponse,
+        )
+        return answer.status.code, answer.status.message
+
+
+def simple_consumer(group: str, topic: str) -> tuple[Any, Any]:
+    """A SimpleConsumer's Telemetry settings for ``topic`` (every tag), and its
+    ReceiveMessageRequest of one message (the proxy wants the settings first)."""
+    everything = pb.FilterExpression(type=pb.TAG, expression="*")
+    subscription = pb.Subscription(
+        group=resource(group),
+        subscriptions=[pb.SubscriptionEntry(topic=resource(topic), expression=everything)],
+    )
+    request = pb.ReceiveMessageRequest(
+        group=resource(group),
+        message_queue=pb.MessageQueue(topic=resource(topic)),
+        filter_expression=everything,
+        batch_size=1,
+        invisible_duration={"seconds": 10},
+    )
+    return pb.Settings(client_type=pb.SIMPLE_CONSUMER, subscription=subscription), request
+
 
 def _bytes_of(request: Any) -> bytes:
     return request if isinstance(request, bytes) else bytes(request.SerializeToString())

@@ -42,6 +42,32 @@ def _effects(db: Path) -> list[tuple[str, str, int]]:
     return [tuple(r) for r in rows]  # type: ignore[misc]
 
 
+def _simple_spec(
+    broker5: Endpoint5,
+    admin: RawClient,
+    sender: Client5,
+    names: Callable[[str], str],
+    tmp_path: Path,
+    ids: list[str],
+) -> dict[str, Any]:
+    """A new topic holding one message per id (``{"id": ...}``), and the child's spec to
+    consume it with the SimpleConsumer loop (the test adds what it checks)."""
+    topic, group = names("T"), names("G")
+    assert admin.create_topic(topic, 4).code == 0
+    sender.ok("producer", name="p", topics=[topic])
+    sender.ok(
+        "send", name="p", messages=[{"topic": topic, "body": json.dumps({"id": i})} for i in ids]
+    )
+    return {
+        "mode": "simple",
+        "endpoint": broker5.grpc_addr,
+        "topic": topic,
+        "group": group,
+        "db": str(tmp_path / "effects.db"),
+        "invisible": broker5.invisible_s,
+    }
+
+
 def test_simple_consumer_loop_each_effect_once(
     broker5: Endpoint5,
     admin: RawClient,
@@ -49,25 +75,9 @@ def test_simple_consumer_loop_each_effect_once(
     names: Callable[[str], str],
     tmp_path: Path,
 ) -> None:
-    topic, group = names("T"), names("G")
-    assert admin.create_topic(topic, 4).code == 0
-    sender = client5()
-    sender.ok("producer", name="p", topics=[topic])
     ids = [f"o-{i}" for i in range(10)] + ["o-3", "o-7"]  # two producer retries
-    sender.ok(
-        "send", name="p", messages=[{"topic": topic, "body": json.dumps({"id": i})} for i in ids]
-    )
-    spec = {
-        "mode": "simple",
-        "endpoint": broker5.grpc_addr,
-        "topic": topic,
-        "group": group,
-        "db": str(tmp_path / "effects.db"),
-        "keys": 10,
-        "lose_first": ["o-1", "o-5"],
-        "invisible": broker5.invisible_s,
-        "within": 90,
-    }
+    spec = _simple_spec(broker5, admin, client5(), names, tmp_path, ids)
+    spec.update(keys=10, lose_first=["o-1", "o-5"], within=90)
     result = _run(spec, tmp_path / "idemp5-simple.log")
     assert result["again"] == ["o-1", "o-5"]
     effects = _effects(tmp_path / "effects.db")
@@ -89,27 +99,8 @@ def test_simple_consumer_loop_brings_a_message_back_when_the_listener_says(
 ) -> None:
     """``ReconsumeLater(after=1)``: the loop makes the message invisible for a second
     instead of what is left of its minute, so it is back well before the minute ends."""
-    topic, group = names("T"), names("G")
-    assert admin.create_topic(topic, 4).code == 0
-    sender = client5()
-    sender.ok("producer", name="p", topics=[topic])
-    sender.ok(
-        "send",
-        name="p",
-        messages=[{"topic": topic, "body": json.dumps({"id": f"o-{i}"})} for i in range(3)],
-    )
-    spec = {
-        "mode": "simple",
-        "endpoint": broker5.grpc_addr,
-        "topic": topic,
-        "group": group,
-        "db": str(tmp_path / "effects.db"),
-        "keys": 3,
-        "lose_first": ["o-1"],
-        "later_after": 1,
-        "invisible": 60,
-        "within": 45,
-    }
+    spec = _simple_spec(broker5, admin, client5(), names, tmp_path, ["o-0", "o-1", "o-2"])
+    spec.update(keys=3, lose_first=["o-1"], later_after=1, invisible=60, within=45)
     result = _run(spec, tmp_path / "idemp5-later.log")
     assert result["again"] == ["o-1"]
     assert result["gaps"]["o-1"] < 60

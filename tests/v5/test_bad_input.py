@@ -250,31 +250,10 @@ def test_forged_receipt_handles(raw: Raw, admin: RawClient, names: Callable[[str
     assert admin.create_topic(topic, 1).code == 0
 
     def ack(handle: str) -> tuple[int, str, list[tuple[int, str]]]:
-        answer = raw.unary(
-            "AckMessage",
-            pb.AckMessageRequest(
-                group=resource(group),
-                topic=resource(topic),
-                entries=[pb.AckMessageEntry(message_id="01", receipt_handle=handle)],
-            ),
-            pb.AckMessageResponse,
-        )
-        entries = [(e.status.code, e.status.message) for e in answer.entries]
-        return answer.status.code, answer.status.message, entries
+        return raw.ack(group, topic, handle)
 
     def change(handle: str) -> tuple[int, str]:
-        answer = raw.unary(
-            "ChangeInvisibleDuration",
-            pb.ChangeInvisibleDurationRequest(
-                group=resource(group),
-                topic=resource(topic),
-                receipt_handle=handle,
-                message_id="01",
-                invisible_duration={"seconds": 10},
-            ),
-            pb.ChangeInvisibleDurationResponse,
-        )
-        return answer.status.code, answer.status.message
+        return raw.change(group, topic, handle)
 
     # not a handle at all: RocketMQ 5.3.3 cannot parse it and answers 50001
     for handle in ("garbage", ""):

@@ -17,7 +17,7 @@ from idemp.remoting.codes import RequestCode
 from tests.broker.rawclient import RawClient
 
 from .conftest import Client5, Endpoint5
-from .raw import Raw, resource
+from .raw import Raw, simple_consumer
 
 INVISIBLE_S = 10
 PROXY = "org.apache.rocketmq.proxy.common.ProxyException: "
@@ -213,62 +213,23 @@ def test_a_4x_namespaced_topic_as_a_5x_client_receives_it(
     assert admin.create_topic(topic, 1).code == 0
     assert admin.create_group(group).code == 0
     assert admin.send_message(topic, b"from-4x", {"KEYS": "k1"}).code == 0
-    subscription = pb.Subscription(
-        group=resource(group),
-        subscriptions=[
-            pb.SubscriptionEntry(
-                topic=resource(topic), expression=pb.FilterExpression(type=pb.TAG, expression="*")
-            )
-        ],
-    )
-    settings = pb.Settings(client_type=pb.SIMPLE_CONSUMER, subscription=subscription)
+    settings, request = simple_consumer(group, topic)
     assert raw.first_telemetry(settings).status.code == pb.OK
-    request = pb.ReceiveMessageRequest(
-        group=resource(group),
-        message_queue=pb.MessageQueue(topic=resource(topic)),
-        filter_expression=pb.FilterExpression(type=pb.TAG, expression="*"),
-        batch_size=1,
-        invisible_duration={"seconds": 30},
-        long_polling_timeout={"seconds": 5},
-    )
+    request.invisible_duration.seconds = 30
+    request.long_polling_timeout.seconds = 5
     answers = raw.stream("ReceiveMessage", request, pb.ReceiveMessageResponse)
     (message,) = [a.message for a in answers if a.WhichOneof("content") == "message"]
     assert (message.topic.resource_namespace, message.topic.name) == ("ns1", plain)
     assert message.body == b"from-4x"
     handle = message.system_properties.receipt_handle
     message_id = message.system_properties.message_id
-
-    def ack(name: str) -> tuple[int, str, list[tuple[int, str]]]:
-        answer = raw.unary(
-            "AckMessage",
-            pb.AckMessageRequest(
-                group=resource(group),
-                topic=resource(name),
-                entries=[pb.AckMessageEntry(message_id=message_id, receipt_handle=handle)],
-            ),
-            pb.AckMessageResponse,
-        )
-        entries = [(e.status.code, e.status.message) for e in answer.entries]
-        return answer.status.code, answer.status.message, entries
-
-    changed = raw.unary(
-        "ChangeInvisibleDuration",
-        pb.ChangeInvisibleDurationRequest(
-            group=resource(group),
-            topic=resource(plain),
-            receipt_handle=handle,
-            message_id=message_id,
-            invisible_duration={"seconds": 30},
-        ),
-        pb.ChangeInvisibleDurationResponse,
-    )
-    assert (changed.status.code, changed.status.message) == (
+    assert raw.change(group, plain, handle, message_id, seconds=30) == (
         pb.INTERNAL_SERVER_ERROR,
         "changeInvisibleDuration failed: status is abnormal",
     )
-    assert ack(plain) == (
+    assert raw.ack(group, plain, handle, message_id) == (
         pb.INTERNAL_SERVER_ERROR,
         "INTERNAL_SERVER_ERROR",
         [(pb.INTERNAL_SERVER_ERROR, "ack failed: status is abnormal")],
     )
-    assert ack(topic) == (pb.OK, "OK", [(pb.OK, "OK")])
+    assert raw.ack(group, topic, handle, message_id) == (pb.OK, "OK", [(pb.OK, "OK")])

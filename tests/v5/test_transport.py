@@ -27,7 +27,7 @@ from idemp.broker.v5.service import Rpc
 from tests.broker.rawclient import RawClient
 
 from .conftest import Client5, Endpoint5
-from .raw import METADATA, Raw, resource
+from .raw import METADATA, Raw, resource, simple_consumer
 
 
 def _query_route(channel: grpc.Channel) -> Any:
@@ -128,23 +128,8 @@ def test_the_callers_deadline_reaches_the_long_poll(
     and a deadline too near for the shortest poll (5 s) is refused as the proxy does."""
     topic, group = names("T"), names("G")
     assert admin.create_topic(topic, 1).code == 0
-    subscription = pb.Subscription(
-        group=resource(group),
-        subscriptions=[
-            pb.SubscriptionEntry(
-                topic=resource(topic), expression=pb.FilterExpression(type=pb.TAG, expression="*")
-            )
-        ],
-    )
-    settings = pb.Settings(client_type=pb.SIMPLE_CONSUMER, subscription=subscription)
+    settings, request = simple_consumer(group, topic)
     assert raw.first_telemetry(settings).status.code == pb.OK  # RocketMQ wants them first
-    request = pb.ReceiveMessageRequest(
-        group=resource(group),
-        message_queue=pb.MessageQueue(topic=resource(topic)),
-        filter_expression=pb.FilterExpression(type=pb.TAG, expression="*"),
-        batch_size=1,
-        invisible_duration={"seconds": 10},
-    )
     call = raw.channel.unary_stream(
         f"/{SERVICE}/ReceiveMessage",
         request_serializer=lambda m: m.SerializeToString(),
