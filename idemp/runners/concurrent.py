@@ -15,6 +15,7 @@ import asyncio
 import logging
 from typing import Any
 
+from idemp.client.consumer import PushConsumer
 from idemp.client.processqueue import ProcessQueue
 from idemp.client.route import MessageQueue
 from idemp.message import ConsumeResult
@@ -46,7 +47,7 @@ class ConcurrentRunner(RunnerBase):
         self._cleaner: asyncio.Task[None] | None = None
         self.expired_count = 0  # messages sent back because their listener ran too long
 
-    def service_start(self, consumer: Any) -> None:
+    def service_start(self, consumer: PushConsumer) -> None:
         super().service_start(consumer)
         if consumer.clustering:
             self._cleaner = asyncio.ensure_future(self._clean_expired())
