@@ -437,11 +437,14 @@ class BrokerServer:
                     channel.close()
 
     async def _async_flush(self) -> None:
-        """ASYNC_FLUSH: fsync the commit log every flushIntervalCommitLog ms if dirty."""
+        """ASYNC_FLUSH: fsync the commit log every flushIntervalCommitLog ms if dirty; an
+        idle broker sleeps until the next append instead of waking to find nothing."""
         assert self.store is not None
         loop = asyncio.get_running_loop()
-        log_ = self.store.commitlog
+        log_, appended = self.store.commitlog, self.store.appended
         while True:
+            await appended.wait()
+            appended.clear()
             await asyncio.sleep(self.config.flushIntervalCommitLog / 1000)
             if log_.flushed < log_.end:
                 await loop.run_in_executor(None, log_.fsync)

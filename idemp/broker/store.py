@@ -123,6 +123,8 @@ class MessageStore:
         self.disk = DiskGuard(root, config)  # checked by the broker, not here
         self.queues: dict[tuple[str, int], ConsumeQueue] = {}
         self.listeners: list[ArrivalListener] = []
+        # set at every append: the ASYNC_FLUSH task sleeps on it while nothing is dirty
+        self.appended = asyncio.Event()
         self.store_host = (config.brokerIP1, config.listenPort)
         self._key_index: dict[str, list[int]] | None = None
         self._flush_waiters: list[tuple[int, asyncio.Future[None]]] = []
@@ -258,6 +260,7 @@ class MessageStore:
         msg.store_host = self.store_host
         record = encode_message(msg, properties_text=properties_text)
         self.commitlog.append(record)
+        self.appended.set()
         if cq is not None:
             tcode = self._tags_code(msg)
             cq.append(msg.commit_log_offset, len(record), tcode, msg.store_timestamp)

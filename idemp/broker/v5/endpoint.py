@@ -516,10 +516,14 @@ class GrpcEndpoint:
         return bound
 
     async def _revive_loop(self) -> None:
+        service = self.service
         while True:
+            if not service.clients and not service.pop.pending():
+                # nothing in flight and no client to expire: wait for one
+                service.client_arrived.clear()
+                await service.client_arrived.wait()
             await asyncio.sleep(REVIVE_INTERVAL_S)
             try:
-                service = self.service
                 service.pop.renew(service.alive)
                 service.pop.revive()
                 service.expire_clients()

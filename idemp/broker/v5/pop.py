@@ -581,6 +581,10 @@ class PopService:
                 for offset, held in order.inflight.items():
                     yield _Due(group_topic, state, (group_topic[1], qid, offset), held, order)
 
+    def pending(self) -> bool:
+        """Whether any received message still has a deadline to keep (revive, renew)."""
+        return len(self._due) > 0
+
     def renew(self, alive: Callable[[str], bool]) -> int:
         """Keep auto-renewed messages invisible while their client is connected: due
         within RENEW_AHEAD_MS, they get RENEW_SLICE_MS more (the proxy's renew task)."""

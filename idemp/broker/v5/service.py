@@ -131,6 +131,9 @@ class MessagingService:
         self.store = broker.store
         self.pop = PopService(broker.store, broker.config.brokerName)
         self.clients: dict[str, ClientState] = {}
+        # set when a client appears: the revive loop sleeps on it while there is
+        # nothing to revive, renew or expire (an idle broker wakes no more than it must)
+        self.client_arrived = asyncio.Event()
         self.endpoint: tuple[str, int] = (broker.config.brokerIP1, 0)
         self._rr = random.randrange(1 << 16)
         # the proxy's TransactionDataManager: (topic, transaction id) -> the half's commit
@@ -213,6 +216,7 @@ class MessagingService:
         state = self.clients.get(client_id)
         if state is None:
             state = self.clients[client_id] = ClientState(client_id)
+            self.client_arrived.set()
         state.last_seen = time.monotonic()
         return state
 
