@@ -280,13 +280,10 @@ def wrap_namespace(namespace: str, resource: str) -> str:
 def strip_namespace(namespace: str, resource: str) -> str:
     """``wrap_namespace`` undone, for names in ``namespace`` only (what a namespaced 4.x
     client shows its listener: NamespaceUtil.withoutNamespace(resource, namespace))."""
-    if not namespace or _no_namespace(resource):
+    if not namespace:
         return resource
-    prefix = _retry_or_dlq_prefix(resource)
-    head = namespace + NAMESPACE_SEPARATOR
-    if resource[len(prefix) :].startswith(head):
-        return prefix + resource[len(prefix) + len(head) :]
-    return resource
+    found, name = split_namespace(resource)
+    return name if found == namespace else resource
 
 
 def split_namespace(resource: str) -> tuple[str, str]:
@@ -294,8 +291,8 @@ def split_namespace(resource: str) -> tuple[str, str]:
     (namespace, the name without it): how RocketMQ 5's proxy names a stored topic to a 5.x
     client (NamespaceUtil.getNamespaceFromResource and withoutNamespace). The broker's own
     topics and groups, and names without a namespace, have none."""
-    if _no_namespace(resource):
-        return "", resource
+    if NAMESPACE_SEPARATOR not in resource or _no_namespace(resource):
+        return "", resource  # (most names: no separator, so no namespace)
     prefix = _retry_or_dlq_prefix(resource)
     rest = resource[len(prefix) :]
     index = rest.find(NAMESPACE_SEPARATOR)
