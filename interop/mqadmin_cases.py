@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 
 
@@ -262,13 +264,13 @@ AFTER_FEATURES: list[Case] = [
 ]
 
 
-def run_case(launch: str, args: list[str], stop_after: float) -> str:
+def run_case(launch: str, args: list[str], stop_after: float, cwd: str) -> str:
     cmd = ["bash", "-c", launch, "mqadmin", *args]
     if not stop_after:
-        run = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+        run = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=cwd)
         return run.stdout + run.stderr  # mqadmin prints a failure's cause on stderr
     try:
-        subprocess.run(cmd, capture_output=True, text=True, timeout=stop_after)
+        subprocess.run(cmd, capture_output=True, text=True, timeout=stop_after, cwd=cwd)
     except subprocess.TimeoutExpired as stopped:  # the expected end: it had to be stopped
         return _text(stopped.stdout) + _text(stopped.stderr)
     raise RuntimeError(f"mqadmin {args[0]} ended by itself within {stop_after} s")
@@ -298,9 +300,11 @@ def main(ns: str, broker: str, cases: list[Case]) -> int:
     values = {"ns": ns, "broker": broker, "home": user_home}
     values["offset_id_past"] = f"{address}{1 << 20:016X}"
     failed = 0
+    # consumerStatus without -i writes each client's running info under ./<time>/
+    scratch = tempfile.mkdtemp(prefix="mqadmin-")
     for case in cases:
         args = [_fill(a, values) for a in case.args]
-        out = run_case(launch, args, case.stop_after)
+        out = run_case(launch, args, case.stop_after, scratch)
         expect = [_fill(e, values) for e in case.expect]
         missing = [e for e in expect if e not in out]
         if case.capture and not missing:
@@ -312,6 +316,7 @@ def main(ns: str, broker: str, cases: list[Case]) -> int:
         status = "ok" if not missing else f"FAIL missing {missing!r} in:\n{out[-1500:]}"
         failed += bool(missing)
         print(f"mqadmin {args[0]}: {status}")
+    shutil.rmtree(scratch, ignore_errors=True)
     print(f"mqadmin: {len(cases) - failed}/{len(cases)} cases as expected")
     return 1 if failed else 0
 
