@@ -13,6 +13,17 @@ from idemp.broker.config import BrokerConfig
 from idemp.broker.metadata import TopicConfig
 from idemp.broker.process import BrokerProcess
 from idemp.broker.store import MessageStore
+from tests.realbroker import RealBroker, real_home
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Against real RocketMQ (IDEMP_4X_REAL), what looks inside idemp's broker is skipped."""
+    if real_home() is None:
+        return
+    skip = pytest.mark.skip(reason="looks inside idemp's own broker; IDEMP_4X_REAL is set")
+    for item in items:
+        if "idemp_only" in item.keywords:
+            item.add_marker(skip)
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -30,14 +41,24 @@ def _official_client_home() -> Iterator[None]:
 
 
 @pytest.fixture
-def make_broker(tmp_path: Path) -> Iterator[Callable[..., BrokerProcess]]:
+def make_broker(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[Callable[..., BrokerProcess]]:
     """Factory: ``make_broker(**broker_conf_keys)`` starts a broker on a fresh store
-    (or ``store=`` an existing one); every broker started is stopped at the end."""
+    (or ``store=`` an existing one); every broker started is stopped at the end. With
+    IDEMP_4X_REAL set, a test of tests/broker gets RocketMQ 4.9.7 (tests/realbroker.py);
+    the RocketMQ 5 tests that share this fixture have their own switch (IDEMP_V5_REAL)."""
     started: list[BrokerProcess] = []
+    home = real_home() if request.path.parent == Path(__file__).parent else None
 
     def factory(store: Path | None = None, **props: object) -> BrokerProcess:
         store = store or tmp_path / f"store{len(started)}"
-        broker = BrokerProcess(store, properties={k: str(v) for k, v in props.items()})
+        properties = {k: str(v) for k, v in props.items()}
+        if home is not None:
+            real = RealBroker(home, store, properties).start()
+            started.append(real)  # type: ignore[arg-type]
+            return real  # type: ignore[return-value]
+        broker = BrokerProcess(store, properties=properties)
         broker.start()
         started.append(broker)
         return broker

@@ -1,0 +1,147 @@
+"""Real Apache RocketMQ 4.9.7 (nameserver + broker JVMs) behind BrokerProcess's surface.
+
+With ``IDEMP_4X_REAL`` set to a 4.9.7 build (``../shared/realrmq``: ``lib/``, ``bin/env.sh``),
+the broker fixtures start this instead of idemp's broker, so the same test asserts the same
+outcome against RocketMQ itself: a test whose expectation RocketMQ does not meet is wrong
+about RocketMQ, not only about idemp. Tests that look inside idemp's own process or store
+are marked ``idemp_only`` and skipped then. Never part of ``make test``: the build is not on
+a fresh machine.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+from idemp.broker.process import BrokerStartError, kill_process, stop_process
+
+ENV = "IDEMP_4X_REAL"
+BOOT_TIMEOUT_S = 90.0  # two JVMs on a busy 2-core machine: 10-20 s typically
+
+
+def real_home() -> str | None:
+    return os.environ.get(ENV) or None
+
+
+def _free_port(span: tuple[int, ...] = (0,)) -> int:
+    """A port p with p + d free for every d in ``span`` (the broker binds p - 2 and p + 1)."""
+    for _ in range(200):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            p = s.getsockname()[1]
+        if all(_bindable(p + d) for d in span):
+            return p
+    raise RuntimeError("no free port")
+
+
+def _bindable(port: int) -> bool:
+    if not 1024 < port < 65536:
+        return False
+    with socket.socket() as s:
+        try:
+            s.bind(("0.0.0.0", port))  # 4.9.7 binds every interface
+        except OSError:
+            return False
+    return True
+
+
+def _size(path: Path) -> int:
+    return path.stat().st_size if path.exists() else 0
+
+
+class RealBroker:
+    """``namesrv_addr``, ``broker_addr``, ``proc`` (the broker JVM), ``start``, ``stop``,
+    ``kill``: what the official-client and raw-wire tests use of a BrokerProcess."""
+
+    def __init__(self, home: str, store: Path, properties: dict[str, str] | None = None) -> None:
+        self.home = home
+        self.store = Path(store)
+        self.properties = dict(properties or {})
+        self.namesrv_port = 0
+        self.broker_port = 0
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.namesrv: subprocess.Popen[bytes] | None = None
+        self.dir = self.store.parent / (self.store.name + "-real")
+
+    @property
+    def namesrv_addr(self) -> str:
+        return f"127.0.0.1:{self.namesrv_port}"
+
+    @property
+    def broker_addr(self) -> str:
+        return f"127.0.0.1:{self.broker_port}"
+
+    def _java(self, main: str, conf: Path, log: Path, heap: str) -> subprocess.Popen[bytes]:
+        # user.home after COMMON_OPTS wins: logs and the namesrv's kvConfig stay per broker
+        script = (
+            f'unset R; . "{self.home}/bin/env.sh" && exec "$JAVA" -Xmx{heap} $COMMON_OPTS '
+            f'-Duser.home="{self.dir}" -cp "$CP" {main} -c "{conf}"'
+        )
+        with open(log, "ab") as out:
+            return subprocess.Popen(
+                ["bash", "-c", script], stdout=out, stderr=subprocess.STDOUT, cwd=self.dir
+            )
+
+    def start(self) -> RealBroker:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.store.mkdir(parents=True, exist_ok=True)
+        if not self.namesrv_port:
+            self.namesrv_port = _free_port()
+            self.broker_port = _free_port((0, -2, 1))
+        (self.dir / "ns.conf").write_text(f"listenPort={self.namesrv_port}\n")
+        props = {
+            "brokerClusterName": "DefaultCluster",
+            "brokerName": "broker-a",
+            "brokerId": "0",
+            "brokerIP1": "127.0.0.1",
+            "storePathRootDir": str(self.store),
+            "storePathCommitLog": str(self.store / "commitlog"),
+            **self.properties,
+            "listenPort": str(self.broker_port),
+            "namesrvAddr": self.namesrv_addr,
+        }
+        (self.dir / "broker.conf").write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+        ns_log, br_log = self.dir / "namesrv.out", self.dir / "broker.out"
+        mark = _size(ns_log)
+        self.namesrv = self._java(
+            "org.apache.rocketmq.namesrv.NamesrvStartup", self.dir / "ns.conf", ns_log, "256m"
+        )
+        self._wait(ns_log, mark, self.namesrv, "The Name Server boot success")
+        mark = _size(br_log)
+        self.proc = self._java(
+            "org.apache.rocketmq.broker.BrokerStartup", self.dir / "broker.conf", br_log, "512m"
+        )
+        self._wait(br_log, mark, self.proc, "boot success")
+        return self
+
+    def _wait(self, log: Path, mark: int, proc: subprocess.Popen[Any], line: str) -> None:
+        """Until ``line`` appears in ``log`` after byte ``mark`` (a restart appends)."""
+        deadline = time.monotonic() + BOOT_TIMEOUT_S
+        text = ""
+        while time.monotonic() < deadline:
+            text = log.read_bytes()[mark:].decode(errors="replace") if log.exists() else ""
+            if line in text:
+                return
+            if proc.poll() is not None:
+                break
+            time.sleep(0.2)  # a JVM's boot line; bounded by BOOT_TIMEOUT_S
+        self.kill()
+        raise BrokerStartError(f"RocketMQ did not start: {log}\n{text[-3000:]}")
+
+    def stop(self, timeout: float = 30.0) -> int:
+        code = 0
+        if self.proc is not None:
+            code = stop_process(self.proc, timeout)
+        if self.namesrv is not None:
+            stop_process(self.namesrv, timeout)
+            self.namesrv = None
+        return code
+
+    def kill(self) -> None:
+        for proc in (self.proc, self.namesrv):
+            if proc is not None and proc.poll() is None:
+                kill_process(proc)
