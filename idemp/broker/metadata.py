@@ -20,7 +20,6 @@ from idemp.remoting.codes import (
     SCHEDULE_TOPIC,
     SYSTEM_TOPIC_PREFIX,
     SYSTEM_TOPICS,
-    TRANS_HALF_TOPIC,
     Perm,
 )
 
@@ -206,8 +205,9 @@ class TopicTable:
                 self.topics[name] = TopicConfig(**fields)
             self.version = DataVersion.from_json(data.get("dataVersion"))
         # What RocketMQ 4.9.7's TopicConfigManager creates at start (a TopicConfig's
-        # default is 16 queues, perm RW); the transaction op and check-max topics are
-        # created when first written, as RocketMQ does.
+        # default is 16 queues, perm RW). The transaction topics are not among them: the
+        # half topic appears at the first check round, the check-max topic when first
+        # written, the op topic never (transaction.py).
         rwx = Perm.INHERIT | Perm.READ | Perm.WRITE
         system = {
             "SELF_TEST_TOPIC": TopicConfig("SELF_TEST_TOPIC", 1, 1),
@@ -217,7 +217,6 @@ class TopicTable:
             "OFFSET_MOVED_EVENT": TopicConfig("OFFSET_MOVED_EVENT", 1, 1),
             SCHEDULE_TOPIC: TopicConfig(SCHEDULE_TOPIC, 18, 18),
             f"{cluster}_REPLY_TOPIC": TopicConfig(f"{cluster}_REPLY_TOPIC", 1, 1),
-            TRANS_HALF_TOPIC: TopicConfig(TRANS_HALF_TOPIC, 1, 1),
         }
         if auto_create:
             system[DEFAULT_TOPIC] = TopicConfig(

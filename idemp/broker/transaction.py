@@ -193,7 +193,8 @@ class TransactionCheckService:
     def _write_op(self, queue_offset: int) -> None:
         store = self.server.store
         assert store is not None
-        store.topics.create_system(TRANS_OP_HALF_TOPIC, 1, Perm.READ | Perm.WRITE)
+        # stored without a topic config, as RocketMQ's bridge writes it: the op topic is
+        # never a topic (no route, a pull is TOPIC_NOT_EXIST)
         store.put(
             MessageExt(
                 topic=TRANS_OP_HALF_TOPIC,
@@ -298,7 +299,13 @@ class TransactionCheckService:
 
     async def run(self) -> None:
         interval = max(self.server.config.transactionCheckInterval, 100) / 1000
+        store = self.server.store
+        assert store is not None
         while True:
             await asyncio.sleep(interval)
+            # RocketMQ's round looks the half topic up and creates it the first time
+            # (TransactionalMessageBridge.fetchMessageQueues), halves or not: before it,
+            # the topic has no config and no route, though halves are stored in it
+            store.topics.create_system(TRANS_HALF_TOPIC, 1, Perm.READ | Perm.WRITE)
             if self.pending:
                 self.check_once(int(time.time() * 1000))

@@ -269,6 +269,19 @@ class RawClient:
         body = "".join(f"{k}={v}\n" for k, v in values.items()).encode()
         return self.request(RequestCode.UPDATE_BROKER_CONFIG, {}, body)
 
+    def view(self, commit_log_offset: int) -> MessageExt:
+        """VIEW_MESSAGE_BY_ID: the record at a commit log offset, whatever its topic."""
+        resp = self.request(RequestCode.VIEW_MESSAGE_BY_ID, {"offset": commit_log_offset})
+        assert resp.code == 0, resp
+        (msg,) = decode_messages(resp.body)
+        return msg
+
+    def topic_names(self) -> set[str]:
+        """The broker's topic table (GET_ALL_TOPIC_CONFIG)."""
+        resp = self.request(RequestCode.GET_ALL_TOPIC_CONFIG, {})
+        assert resp.code == 0, resp
+        return set(json.loads(resp.body)["topicConfigTable"])
+
     def max_offset(self, topic: str, queue_id: int = 0) -> int:
         resp = self.request(RequestCode.GET_MAX_OFFSET, {"topic": topic, "queueId": queue_id})
         assert resp.code == 0, resp
