@@ -1,8 +1,9 @@
 """mqadmin 4.9.7 against a broker: each case is a subcommand and what its output must hold.
 
 Run by ``make interop`` (interop/run.sh) as ``python interop/mqadmin_cases.py NAMESRV
-BROKER`` with REALRMQ_HOME set, and again with ``--after-features`` for the cases that need
-what the Java client's features left. {ns} is the nameserver address.
+BROKER`` with REALRMQ_HOME set, with ``--live`` while interop/java/Hold.java keeps clients
+online, and with ``--after-features`` for the cases that need what the Java client's features
+left. {ns} is the nameserver address.
 """
 
 from __future__ import annotations
@@ -240,6 +241,59 @@ CASES: list[Case] = [
 
 # Run after interop/java/Features.java (run id "x"), whose "trace" and "subtrace" features
 # leave a message traced by its producer and one traced by its consumer.
+# While interop/java/Hold.java keeps a producer (PGHold) and a push consumer (GHold of
+# THold, 3 messages consumed) online: the commands that ask about live clients, the
+# broker passing some of them on to the client (consumerStatus, resetOffsetByTime).
+LIVE: list[Case] = [
+    _c(
+        "producer -n {ns} -b {broker}",
+        "producer group (PGHold) instance : clientId=",
+        "language=JAVA, version=407, lastUpdateTimestamp=",
+        "producer group (CLIENT_INNER_PRODUCER) instance : clientId=",
+    ),
+    _c("producerConnection -n {ns} -g PGHold -t THold", "0001  ", "JAVA     V4_9_7"),
+    _c(
+        "consumerConnection -n {ns} -g GHold",
+        "#ClientId                            #ClientAddr            #Language  #Version",
+        "JAVA       V4_9_7",
+        "THold                *",
+        "%RETRY%GHold         *",
+        "ConsumeType: CONSUME_PASSIVELY",
+        "MessageModel: CLUSTERING",
+        "ConsumeFromWhere: CONSUME_FROM_FIRST_OFFSET",
+    ),
+    _c(
+        "consumerStatus -n {ns} -g GHold",
+        "#ConsumerRunningInfoFile",
+        "Same subscription in the same group of consumer",
+        "Rebalance OK",
+        capture=r"\n1\s+(?P<client>\S+)\s+V4_9_7",
+    ),
+    _c(
+        "consumerStatus -n {ns} -g GHold -i {client}",
+        "#Consumer Properties#",
+        "consumerGroup                           : GHold",
+        "PROP_NAMESERVER_ADDR                    : {ns};",
+        "002 Topic: THold                                    ClassFilter: false    "
+        "SubExpression: *",
+        "#Consumer Offset#",
+        "#Consumer MQ Detail#",
+        "#Consumer RT&TPS#",
+    ),
+    _c(
+        "consumerProgress -n {ns} -g GHold -s true",
+        "#Client IP",
+        "Diff Total: 0",
+    ),
+    _c("consumerProgress -n {ns}", "PUSH   CLUSTERING"),
+    _c(
+        "resetOffsetByTime -n {ns} -g GHold -t THold -s 0",
+        "rollback consumer offset by specified group[GHold], topic[THold], force[true], "
+        "timestamp(string)[0], timestamp(long)[0]",
+        "#brokerName                               #queueId",
+    ),
+]
+
 AFTER_FEATURES: list[Case] = [
     _c(
         "queryMsgByKey -n {ns} -t TF_tracex -k tkeyx",
@@ -322,5 +376,5 @@ def main(ns: str, broker: str, cases: list[Case]) -> int:
 
 
 if __name__ == "__main__":
-    after = sys.argv[3:] == ["--after-features"]
-    sys.exit(main(sys.argv[1], sys.argv[2], AFTER_FEATURES if after else CASES))
+    lists = {"--after-features": AFTER_FEATURES, "--live": LIVE}
+    sys.exit(main(sys.argv[1], sys.argv[2], lists[sys.argv[3]] if sys.argv[3:] else CASES))

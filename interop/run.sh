@@ -32,7 +32,8 @@ WORK=$(mktemp -d)
     -p transactionCheckInterval=3000 -p transactionTimeOut=2000 -p enablePropertyFilter=true \
     > "$WORK/broker.log" 2>&1 &
 BROKER=$!
-trap 'kill $BROKER 2>/dev/null; wait $BROKER 2>/dev/null; rm -rf "$WORK"' EXIT
+HOLD=
+trap 'kill $HOLD $BROKER 2>/dev/null; wait $BROKER 2>/dev/null; rm -rf "$WORK"' EXIT
 for _ in $(seq 100); do grep -q "idemp broker ready" "$WORK/broker.log" && break; sleep 0.2; done
 grep -q "idemp broker ready" "$WORK/broker.log" || { cat "$WORK/broker.log"; exit 1; }
 JAVA_RUN=(java -Duser.home="$WORK" -cp "$REALRMQ_HOME/lib/*:$CLS")
@@ -44,6 +45,21 @@ done
 out=$("${JAVA_RUN[@]}" ProduceAll "127.0.0.1:$NS_PORT" TopicInteropProduce 20 2>/dev/null | grep '^sync=') || rc=1
 echo "idemp broker: $out"
 INTEROP_HOME="$WORK" .venv/bin/python interop/mqadmin_cases.py "127.0.0.1:$NS_PORT" "127.0.0.1:$BR_PORT" | sed 's/^/idemp broker: /' || rc=1
+# A producer and a consumer kept online (Hold, until its standard input closes) for the
+# commands about live clients.
+mkfifo "$WORK/hold.in"
+"${JAVA_RUN[@]}" Hold "127.0.0.1:$NS_PORT" THold GHold PGHold 3 < "$WORK/hold.in" > "$WORK/hold.out" 2>&1 &
+HOLD=$!
+exec 7> "$WORK/hold.in"
+for _ in $(seq 300); do grep -q "^HOLD" "$WORK/hold.out" && break; sleep 0.2; done
+if grep -q "^HOLD ready" "$WORK/hold.out"; then
+    INTEROP_HOME="$WORK" .venv/bin/python interop/mqadmin_cases.py "127.0.0.1:$NS_PORT" "127.0.0.1:$BR_PORT" --live | sed 's/^/idemp broker: live clients: /' || rc=1
+else
+    echo "idemp broker: Hold did not get its clients online:"; cat "$WORK/hold.out"; rc=1
+fi
+exec 7>&-
+wait $HOLD || rc=1
+HOLD=
 # The Java client's other features, and SQL92 subscriptions, each outcome as seen against
 # RocketMQ 4.9.7 with the same settings (transaction checks, enablePropertyFilter) in
 # interop/features.expected and interop/sqlfilter.expected.
