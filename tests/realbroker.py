@@ -11,9 +11,11 @@ a fresh machine.
 from __future__ import annotations
 
 import os
+import shlex
 import socket
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +23,18 @@ from idemp.broker.process import BrokerStartError, kill_process, stop_process
 
 ENV = "IDEMP_4X_REAL"
 BOOT_TIMEOUT_S = 90.0  # two JVMs on a busy 2-core machine: 10-20 s typically
+SIGTERM_EXIT = 143  # a JVM stopped by SIGTERM, its shutdown hooks run: the graceful stop
+
+# Settings idemp's broker takes as broker.conf keys and RocketMQ 4.9.7 as JVM system
+# properties: key -> (property, conversion of the value)
+SYSTEM_PROPERTIES: dict[str, tuple[str, Callable[[str], str]]] = {
+    "rebalanceLockMaxLiveTime": ("rocketmq.broker.rebalance.lockMaxLiveTime", str),
+    # idemp's is RocketMQ 5's percentage; 4.9.7's is a fraction
+    "diskSpaceWarningLevelRatio": (
+        "rocketmq.broker.diskSpaceWarningLevelRatio",
+        lambda v: str(int(v) / 100),
+    ),
+}
 
 
 def real_home() -> str | None:
@@ -75,11 +89,22 @@ class RealBroker:
     def broker_addr(self) -> str:
         return f"127.0.0.1:{self.broker_port}"
 
-    def _java(self, main: str, conf: Path, log: Path, heap: str) -> subprocess.Popen[bytes]:
-        # user.home after COMMON_OPTS wins: logs and the namesrv's kvConfig stay per broker
+    def _java(
+        self, main: str, conf: Path, log: Path, heap: str, system: dict[str, str]
+    ) -> subprocess.Popen[bytes]:
+        # -D after COMMON_OPTS wins: logs, the namesrv's kvConfig and conf/ (the ACL file)
+        # are this broker's own
+        defines = " ".join(
+            f"-D{k}={shlex.quote(v)}"
+            for k, v in {
+                "user.home": str(self.dir),
+                "rocketmq.home.dir": str(self.dir),
+                **system,
+            }.items()
+        )
         script = (
             f'unset R; . "{self.home}/bin/env.sh" && exec "$JAVA" -Xmx{heap} $COMMON_OPTS '
-            f'-Duser.home="{self.dir}" -cp "$CP" {main} -c "{conf}"'
+            f'{defines} -cp "$CP" {main} -c "{conf}"'
         )
         with open(log, "ab") as out:
             return subprocess.Popen(
@@ -93,6 +118,15 @@ class RealBroker:
             self.namesrv_port = _free_port()
             self.broker_port = _free_port((0, -2, 1))
         (self.dir / "ns.conf").write_text(f"listenPort={self.namesrv_port}\n")
+        settings = dict(self.properties)
+        system = {}
+        for key in list(settings):
+            if key in SYSTEM_PROPERTIES:
+                name, convert = SYSTEM_PROPERTIES[key]
+                system[name] = convert(settings.pop(key))
+            elif key.startswith("tls."):
+                system[key] = settings.pop(key)
+        self._conf_dir(settings.pop("aclPlainFile", None))
         props = {
             "brokerClusterName": "DefaultCluster",
             "brokerName": "broker-a",
@@ -100,7 +134,7 @@ class RealBroker:
             "brokerIP1": "127.0.0.1",
             "storePathRootDir": str(self.store),
             "storePathCommitLog": str(self.store / "commitlog"),
-            **self.properties,
+            **settings,
             "listenPort": str(self.broker_port),
             "namesrvAddr": self.namesrv_addr,
         }
@@ -108,15 +142,34 @@ class RealBroker:
         ns_log, br_log = self.dir / "namesrv.out", self.dir / "broker.out"
         mark = _size(ns_log)
         self.namesrv = self._java(
-            "org.apache.rocketmq.namesrv.NamesrvStartup", self.dir / "ns.conf", ns_log, "256m"
+            "org.apache.rocketmq.namesrv.NamesrvStartup", self.dir / "ns.conf", ns_log, "256m", {}
         )
         self._wait(ns_log, mark, self.namesrv, "The Name Server boot success")
         mark = _size(br_log)
         self.proc = self._java(
-            "org.apache.rocketmq.broker.BrokerStartup", self.dir / "broker.conf", br_log, "512m"
+            "org.apache.rocketmq.broker.BrokerStartup",
+            self.dir / "broker.conf",
+            br_log,
+            "512m",
+            system,
         )
         self._wait(br_log, mark, self.proc, "boot success")
         return self
+
+    def _conf_dir(self, acl_file: str | None) -> None:
+        """conf/ of the build (logback files) and, for aclPlainFile, conf/plain_acl.yml
+        linked to the test's file, so an edit of it reaches RocketMQ's file watcher."""
+        conf = self.dir / "conf"
+        conf.mkdir(exist_ok=True)
+        for src in Path(self.home, "conf").iterdir():
+            link = conf / src.name
+            if src.name != "plain_acl.yml" and not link.exists():
+                link.symlink_to(src)
+        acl = conf / "plain_acl.yml"
+        if acl.is_symlink() or acl.exists():
+            acl.unlink()
+        if acl_file:
+            acl.symlink_to(Path(acl_file).resolve())
 
     def _wait(self, log: Path, mark: int, proc: subprocess.Popen[Any], line: str) -> None:
         """Until ``line`` appears in ``log`` after byte ``mark`` (a restart appends)."""
@@ -136,6 +189,7 @@ class RealBroker:
         code = 0
         if self.proc is not None:
             code = stop_process(self.proc, timeout)
+            code = 0 if code == SIGTERM_EXIT else code
         if self.namesrv is not None:
             stop_process(self.namesrv, timeout)
             self.namesrv = None

@@ -44,12 +44,29 @@ EXCEPTION_PREFIX = "org.apache.rocketmq.acl.common.AclException: "
 _MIN_KEY_LEN = 6  # AclConstants.ACCESS_KEY_MIN_LENGTH / SECRET_KEY_MIN_LENGTH
 
 
-class AclDenied(Exception):
-    """A request the ACL refuses; the text is what RocketMQ says (never a secret)."""
+# NettyRemotingAbstract answers with exceptionSimpleDesc: the exception's text, then the
+# first frame of its stack, i.e. where RocketMQ 4.9.7 throws it
+_VALIDATE = (
+    "org.apache.rocketmq.acl.plain.PlainPermissionManager.validate(PlainPermissionManager.java:{})"
+)
+_CHECK_PERM = (
+    "org.apache.rocketmq.acl.plain.PlainPermissionManager.checkPerm(PlainPermissionManager.java:{})"
+)
+_PARSE = "org.apache.rocketmq.acl.plain.PlainAccessValidator.parse(PlainAccessValidator.java:134)"
 
-    def __init__(self, message: str, access_key: str | None) -> None:
+
+class AclDenied(Exception):
+    """A request the ACL refuses; the text is what RocketMQ says (never a secret), and
+    ``frame`` the place in RocketMQ that says it."""
+
+    def __init__(self, message: str, access_key: str | None, frame: str) -> None:
         super().__init__(message)
         self.access_key = access_key
+        self.frame = frame
+
+    def remark(self) -> str:
+        """The refusal's remark, as RocketMQ's remoting layer writes it."""
+        return f"{EXCEPTION_PREFIX}{self}, {self.frame}"
 
 
 AddressMatcher = Callable[[str], bool]
@@ -160,33 +177,36 @@ class PlainAcl:
             return
         ak = cmd.ext_fields.get(ACCESS_KEY)
         if ak is None:
-            raise AclDenied("No accessKey is configured", None)
+            raise AclDenied("No accessKey is configured", None, _VALIDATE.format(663))
         owned = self.accounts.get(ak)
         if owned is None:
-            raise AclDenied(f"No acl config for {ak}", ak)
+            raise AclDenied(f"No acl config for {ak}", ak, _VALIDATE.format(667))
         if owned.white(peer_host):
             return
         expected = signature(cmd, owned.secret_key)
         given = cmd.ext_fields.get(SIGNATURE) or ""
         if not hmac.compare_digest(expected.encode(), given.encode("utf-8", "replace")):
-            raise AclDenied(f"Check signature failed for accessKey={ak}", ak)
+            raise AclDenied(f"Check signature failed for accessKey={ak}", ak, _VALIDATE.format(683))
         if needed.get(TRACE_TOPIC) == PUB:
             return
         if (cmd.code in ADMIN_CODES or cmd.code in ACL_ADMIN_CODES) and not owned.admin:
             raise AclDenied(
                 f"Need admin permission for request code={cmd.code}, but accessKey={ak} is not",
                 ak,
+                _CHECK_PERM.format(580),
             )
         if not needed or (owned.admin and not owned.perms):
             return
         for resource, need in needed.items():
             is_group = resource.startswith(RETRY_PREFIX)
             have = owned.perms.get(resource)
+            line = 610  # the resource's own permission; 605: the account's default one
             if have is None:
                 have = owned.default_group_perm if is_group else owned.default_topic_perm
+                line = 605
             if not _permits(need, have):
                 what = f"group:{resource[len(RETRY_PREFIX) :]}" if is_group else f"topic:{resource}"
-                raise AclDenied(f"No default permission for {what}", ak)
+                raise AclDenied(f"No default permission for {what}", ak, _CHECK_PERM.format(line))
 
 
 def _permits(need: int, have: int) -> bool:
@@ -235,7 +255,9 @@ def required_perms(cmd: RemotingCommand) -> dict[str, int]:
                     add(sub.get("topic"), SUB)
         except (ValueError, AttributeError, TypeError) as exc:
             # Java wraps any parse failure in an AclException: the request is refused
-            raise AclDenied(f"heartbeat body does not parse: {type(exc).__name__}", None) from None
+            raise AclDenied(
+                f"heartbeat body does not parse: {type(exc).__name__}", None, _PARSE
+            ) from None
     elif code in (RequestCode.UNREGISTER_CLIENT, RequestCode.GET_CONSUMER_LIST_BY_GROUP):
         add(_retry(f("consumerGroup")), SUB)
     elif code == RequestCode.UPDATE_CONSUMER_OFFSET:

@@ -27,7 +27,6 @@ from idemp.remoting import (
 from idemp.remoting.codes import RPC_ONEWAY
 from idemp.waiting import within
 
-from .acl import EXCEPTION_PREFIX as ACL_EXCEPTION_PREFIX
 from .acl import AclDenied, AclFileWatch, PlainAcl, default_acl_path, load_acl
 from .clients import ClientManager
 from .config import BrokerConfig
@@ -173,7 +172,7 @@ class Connection(asyncio.Protocol):
                 exc,
             )
             self.reply(
-                cmd.response(ResponseCode.SYSTEM_ERROR, f"{ACL_EXCEPTION_PREFIX}{exc}"),
+                cmd.response(ResponseCode.SYSTEM_ERROR, exc.remark()),
                 request=cmd,
             )
             return False

@@ -472,6 +472,7 @@ def test_disk_ratio_counts_used_over_used_and_usable(monkeypatch: pytest.MonkeyP
     assert repr(diskguard.disk_used_ratio(Path("/any"))) == "0.5"  # as Java prints it
 
 
+@pytest.mark.idemp_only("a RocketMQ 5 setting and request")
 def test_mixed_topics_with_enable_mixed_message_type(
     make_broker: Callable[..., BrokerProcess],
 ) -> None:

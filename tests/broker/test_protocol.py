@@ -953,7 +953,12 @@ def test_sql92_filters_when_the_broker_has_enable_property_filter(
         bad = check("SQL92", "a >")
         assert bad.code == 23 and bad.remark
         unknown = check("GROOVY", "a > 5")
-        assert (unknown.code, unknown.remark) == (23, None)
+        # the text of the NullPointerException RocketMQ meets, as Java 17 words it
+        assert (unknown.code, unknown.remark) == (
+            23,
+            'Cannot invoke "org.apache.rocketmq.filter.FilterSpi.compile(String)" because the '
+            'return value of "org.apache.rocketmq.filter.FilterFactory.get(String)" is null',
+        )
 
         def bodies(r: RemotingCommand) -> list[bytes]:
             assert r.code == 0, (r.code, r.remark)
@@ -1019,6 +1024,7 @@ def test_vip_channel_on_listen_port_minus_two_serves_all_but_pulls(
     assert msg.body == b"over the vip channel"
 
 
+@pytest.mark.idemp_only("departs on purpose: RocketMQ 4.9.7 fails to start")
 def test_a_taken_vip_port_is_a_warning_not_a_failed_start(
     make_broker: Callable[..., BrokerProcess],
 ) -> None:

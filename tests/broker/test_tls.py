@@ -47,6 +47,7 @@ def closed_without_answer(addr: str, tls: bool) -> bool:
     return False
 
 
+@pytest.mark.idemp_only("idemp's log lines")
 def test_tls_and_plain_clients_on_the_same_ports_by_default(broker: BrokerProcess) -> None:
     for addr in (broker.namesrv_addr, broker.broker_addr):
         answer, der = route_over_tls(addr)
@@ -81,6 +82,7 @@ def test_a_message_larger_than_a_tls_record(broker: BrokerProcess) -> None:
     assert pulled.body == body
 
 
+@pytest.mark.idemp_only("idemp's log lines")
 def test_enforcing_closes_plain_clients(make_broker: Callable[..., BrokerProcess]) -> None:
     broker = make_broker(**{"tls.server.mode": "enforcing"})
     assert closed_without_answer(broker.broker_addr, tls=False)
@@ -89,6 +91,7 @@ def test_enforcing_closes_plain_clients(make_broker: Callable[..., BrokerProcess
     assert "a plain client, and tls.server.mode is enforcing: closed" in broker.log_path.read_text()
 
 
+@pytest.mark.idemp_only("idemp's log lines")
 def test_disabled_closes_tls_clients(make_broker: Callable[..., BrokerProcess]) -> None:
     broker = make_broker(**{"tls.server.mode": "disabled"})
     assert closed_without_answer(broker.broker_addr, tls=True)
@@ -127,6 +130,7 @@ def write_certificate(directory: Path, name: str) -> tuple[Path, Path]:
     return cert_path, key_path
 
 
+@pytest.mark.idemp_only("idemp's log lines")
 def test_a_certificate_from_files(
     make_broker: Callable[..., BrokerProcess], tmp_path: Path
 ) -> None:
@@ -148,6 +152,7 @@ def test_a_certificate_from_files(
     assert "self-signed" not in broker.log_path.read_text()
 
 
+@pytest.mark.idemp_only("idemp's checks of its settings")
 @pytest.mark.parametrize(
     ("props", "message"),
     [
