@@ -16,7 +16,12 @@ os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "0")
 
 import pytest  # noqa: E402
 
+from tests.realbroker import skip_idemp_only  # noqa: E402
 from tests.servers import PostgresServer, RedisClusterServer, RedisServer  # noqa: E402
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    skip_idemp_only(items)  # against RocketMQ itself (IDEMP_4X_REAL)
 
 
 @pytest.fixture(scope="session")

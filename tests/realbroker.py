@@ -19,7 +19,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from idemp.broker.process import BrokerStartError, kill_process, stop_process
+import pytest
+
+from idemp.broker.process import BrokerProcess, BrokerStartError, kill_process, stop_process
 
 ENV = "IDEMP_4X_REAL"
 BOOT_TIMEOUT_S = 90.0  # two JVMs on a busy 2-core machine: 10-20 s typically
@@ -39,6 +41,32 @@ SYSTEM_PROPERTIES: dict[str, tuple[str, Callable[[str], str]]] = {
 
 def real_home() -> str | None:
     return os.environ.get(ENV) or None
+
+
+# the suites whose brokers IDEMP_4X_REAL replaces: the broker's own, and idemp's client and
+# runners (what a user runs against RocketMQ in production); RocketMQ 5 tests have their own
+# switch (IDEMP_V5_REAL)
+REAL_SUITES = ("broker", "client", "runners")
+
+
+def start_broker(
+    store: Path, properties: dict[str, str], test_path: Path
+) -> BrokerProcess | RealBroker:
+    """RocketMQ 4.9.7 for a test of REAL_SUITES when IDEMP_4X_REAL is set, else idemp's."""
+    home = real_home()
+    if home is not None and test_path.parent.name in REAL_SUITES:
+        return RealBroker(home, store, properties).start()
+    return BrokerProcess(store, properties=properties).start()
+
+
+def skip_idemp_only(items: list[pytest.Item]) -> None:
+    """Against RocketMQ (IDEMP_4X_REAL), tests marked idemp_only are skipped."""
+    if real_home() is None:
+        return
+    skip = pytest.mark.skip(reason="looks inside idemp's own broker; IDEMP_4X_REAL is set")
+    for item in items:
+        if "idemp_only" in item.keywords:
+            item.add_marker(skip)
 
 
 def _free_port(span: tuple[int, ...] = (0,)) -> int:
@@ -119,13 +147,14 @@ class RealBroker:
             self.broker_port = _free_port((0, -2, 1))
         (self.dir / "ns.conf").write_text(f"listenPort={self.namesrv_port}\n")
         settings = dict(self.properties)
-        system = {}
+        system: dict[str, str] = {}
+        tls: dict[str, str] = {}  # both servers: idemp's nameserver shares the broker's ports' TLS
         for key in list(settings):
             if key in SYSTEM_PROPERTIES:
                 name, convert = SYSTEM_PROPERTIES[key]
                 system[name] = convert(settings.pop(key))
             elif key.startswith("tls."):
-                system[key] = settings.pop(key)
+                tls[key] = settings.pop(key)
         self._conf_dir(settings.pop("aclPlainFile", None))
         props = {
             "brokerClusterName": "DefaultCluster",
@@ -142,7 +171,7 @@ class RealBroker:
         ns_log, br_log = self.dir / "namesrv.out", self.dir / "broker.out"
         mark = _size(ns_log)
         self.namesrv = self._java(
-            "org.apache.rocketmq.namesrv.NamesrvStartup", self.dir / "ns.conf", ns_log, "256m", {}
+            "org.apache.rocketmq.namesrv.NamesrvStartup", self.dir / "ns.conf", ns_log, "256m", tls
         )
         self._wait(ns_log, mark, self.namesrv, "The Name Server boot success")
         mark = _size(br_log)
@@ -151,7 +180,7 @@ class RealBroker:
             self.dir / "broker.conf",
             br_log,
             "512m",
-            system,
+            {**system, **tls},
         )
         self._wait(br_log, mark, self.proc, "boot success")
         return self

@@ -13,17 +13,7 @@ from idemp.broker.config import BrokerConfig
 from idemp.broker.metadata import TopicConfig
 from idemp.broker.process import BrokerProcess
 from idemp.broker.store import MessageStore
-from tests.realbroker import RealBroker, real_home
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Against real RocketMQ (IDEMP_4X_REAL), what looks inside idemp's broker is skipped."""
-    if real_home() is None:
-        return
-    skip = pytest.mark.skip(reason="looks inside idemp's own broker; IDEMP_4X_REAL is set")
-    for item in items:
-        if "idemp_only" in item.keywords:
-            item.add_marker(skip)
+from tests.realbroker import start_broker
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -46,22 +36,15 @@ def make_broker(
 ) -> Iterator[Callable[..., BrokerProcess]]:
     """Factory: ``make_broker(**broker_conf_keys)`` starts a broker on a fresh store
     (or ``store=`` an existing one); every broker started is stopped at the end. With
-    IDEMP_4X_REAL set, a test of tests/broker gets RocketMQ 4.9.7 (tests/realbroker.py);
-    the RocketMQ 5 tests that share this fixture have their own switch (IDEMP_V5_REAL)."""
+    IDEMP_4X_REAL set, RocketMQ 4.9.7 (tests/realbroker.py)."""
     started: list[BrokerProcess] = []
-    home = real_home() if request.path.parent == Path(__file__).parent else None
 
     def factory(store: Path | None = None, **props: object) -> BrokerProcess:
         store = store or tmp_path / f"store{len(started)}"
         properties = {k: str(v) for k, v in props.items()}
-        if home is not None:
-            real = RealBroker(home, store, properties).start()
-            started.append(real)  # type: ignore[arg-type]
-            return real  # type: ignore[return-value]
-        broker = BrokerProcess(store, properties=properties)
-        broker.start()
-        started.append(broker)
-        return broker
+        broker = start_broker(store, properties, request.path)
+        started.append(broker)  # type: ignore[arg-type]
+        return broker  # type: ignore[return-value]
 
     yield factory
     for broker in started:

@@ -930,6 +930,31 @@ def test_a_retry_send_past_its_attempts_reaches_the_dlq_after_its_own_delay(
         assert plain.code == 0 and c.max_offset(dlq) == 2
 
 
+@pytest.mark.idemp_only("departs on purpose: RocketMQ 4.9.7 answers with its JavaCC parser's text")
+def test_an_sql92_expression_that_does_not_parse_is_refused_saying_where(
+    make_broker: Callable[..., BrokerProcess],
+) -> None:
+    """RocketMQ's answer is its generated parser's ("Encountered "<EOF>" at line 1, column
+    3. Was expecting one of: ..."); idemp names the column and what it expected."""
+    broker = make_broker(enablePropertyFilter="true")
+    answers = {}
+    with RawClient(broker.broker_addr) as c:
+        for text in ("a >", "a IN (", "a = 'x"):
+            sub = {"topic": "T", "subString": text, "expressionType": "SQL92"}
+            body = {"clientId": "c", "group": "g", "subscriptionData": sub}
+            r = c.request(RequestCode.CHECK_CLIENT_CONFIG, body=json.dumps(body).encode())
+            answers[text] = (r.code, r.remark)
+    assert answers == {
+        "a >": (23, "invalid SQL92 selector at column 4: expected a value, found end of selector"),
+        "a IN (": (
+            23,
+            "invalid SQL92 selector at column 7: expected a string literal in the IN list, "
+            "found end of selector",
+        ),
+        "a = 'x": (23, "invalid SQL92 selector at column 5: unterminated string literal"),
+    }
+
+
 def test_sql92_filters_when_the_broker_has_enable_property_filter(
     make_broker: Callable[..., BrokerProcess],
 ) -> None:

@@ -16,22 +16,25 @@ from typing import Any
 import pytest
 
 from idemp.broker.process import BrokerProcess
+from tests.realbroker import start_broker
 
 # Fast retries and redelivery for tests: every delay level is 1 s.
 FAST_DELAYS = " ".join(["1s"] * 18)
 
 
 @pytest.fixture
-def make_broker(tmp_path: Path) -> Iterator[Callable[..., BrokerProcess]]:
-    """``make_broker(**broker_conf_keys)``: a broker on a fresh store; all are stopped."""
+def make_broker(
+    tmp_path: Path, request: pytest.FixtureRequest
+) -> Iterator[Callable[..., BrokerProcess]]:
+    """``make_broker(**broker_conf_keys)``: a broker on a fresh store; all are stopped.
+    With IDEMP_4X_REAL set, RocketMQ 4.9.7 (tests/realbroker.py)."""
     started: list[BrokerProcess] = []
 
     def factory(store: Path | None = None, **props: object) -> BrokerProcess:
         store = store or tmp_path / f"store{len(started)}"
-        broker = BrokerProcess(store, properties={k: str(v) for k, v in props.items()})
-        broker.start()
-        started.append(broker)
-        return broker
+        broker = start_broker(store, {k: str(v) for k, v in props.items()}, request.path)
+        started.append(broker)  # type: ignore[arg-type]
+        return broker  # type: ignore[return-value]
 
     yield factory
     for broker in started:

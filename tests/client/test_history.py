@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow.parquet as pq
+import pytest
 
 from idemp.broker.process import BrokerProcess
 from idemp.client import (
@@ -60,6 +61,7 @@ def _stored_offsets(puller: HistoryPuller, group: str) -> dict[str, int]:
     return out
 
 
+@pytest.mark.idemp_only("idemp broker export reads idemp's store")
 def test_history_pull_equals_export(
     make_broker: Callable[..., BrokerProcess], tmp_path: Path
 ) -> None:
