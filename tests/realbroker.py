@@ -46,7 +46,7 @@ def real_home() -> str | None:
 # the suites whose brokers IDEMP_4X_REAL replaces: the broker's own, and idemp's client and
 # runners (what a user runs against RocketMQ in production); RocketMQ 5 tests have their own
 # switch (IDEMP_V5_REAL)
-REAL_SUITES = ("broker", "client", "runners")
+REAL_SUITES = ("broker", "client", "runners", "worker", "cli")
 
 
 def start_broker(

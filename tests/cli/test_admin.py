@@ -9,6 +9,8 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from idemp.broker.process import BrokerProcess
 from tests.broker.conftest import make_broker  # noqa: F401 - the fixture
 
@@ -19,6 +21,7 @@ def _idemp(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([*IDEMP, *args], capture_output=True, text=True, timeout=60)
 
 
+@pytest.mark.idemp_only("a RocketMQ 5 topic attribute, read from idemp's store")
 def test_update_topic_and_group(make_broker: Callable[..., BrokerProcess], tmp_path: Path) -> None:  # noqa: F811
     broker = make_broker(store=tmp_path / "store")
     done = _idemp(
