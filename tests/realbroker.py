@@ -43,10 +43,10 @@ def real_home() -> str | None:
     return os.environ.get(ENV) or None
 
 
-# the suites whose brokers IDEMP_4X_REAL replaces: the broker's own, and idemp's client and
-# runners (what a user runs against RocketMQ in production); RocketMQ 5 tests have their own
-# switch (IDEMP_V5_REAL)
-REAL_SUITES = ("broker", "client", "runners", "worker", "cli")
+# the suites whose brokers IDEMP_4X_REAL replaces: the broker's own, and what a user runs
+# against RocketMQ in production (the client, runners, worker, CLI, the reconciliation's
+# offset loaders); RocketMQ 5 tests have their own switch (IDEMP_V5_REAL)
+REAL_SUITES = ("broker", "client", "runners", "worker", "cli", "reconcile")
 
 
 def start_broker(

@@ -31,6 +31,10 @@ public class Hold {
         for (int i = 0; i < n; i++) {
             p.send(new Message(topic, "TagH", ("h" + i).getBytes()));
         }
+        // the producer's periodic heartbeat first runs a second after its start, and finds the
+        // broker only if a send has looked its route up by then: register it now, so that
+        // the broker lists the group whatever the timing
+        p.getDefaultMQProducerImpl().getmQClientFactory().sendHeartbeatToAllBrokerWithLock();
         c.start();
         if (!got.await(60, TimeUnit.SECONDS)) {
             System.out.println("HOLD failed: " + got.getCount() + " of " + n + " not consumed");

@@ -15,13 +15,15 @@ from idemp.message import ConsumeResult, Message
 from idemp.reconcile.loaders import InputError, load_broker_offsets, load_offsets
 from idemp.runners import ConcurrentRunner
 from tests.client.conftest import FAST_DELAYS, wait_for
+from tests.realbroker import start_broker
 
 
 @pytest.fixture
-def broker(tmp_path: Path) -> Iterator[BrokerProcess]:
-    b = BrokerProcess(tmp_path / "store", properties={"messageDelayLevel": FAST_DELAYS})
-    b.start()
-    yield b
+def broker(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[BrokerProcess]:
+    """idemp's broker, or RocketMQ 4.9.7 with IDEMP_4X_REAL (its consumerOffset.json is
+    fastjson's, bare integer keys and all)."""
+    b = start_broker(tmp_path / "store", {"messageDelayLevel": FAST_DELAYS}, request.path)
+    yield b  # type: ignore[misc]
     b.stop()
 
 
