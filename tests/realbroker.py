@@ -21,7 +21,13 @@ from typing import Any
 
 import pytest
 
-from idemp.broker.process import BrokerProcess, BrokerStartError, kill_process, stop_process
+from idemp.broker.process import (
+    BrokerProcess,
+    BrokerStartError,
+    die_with_parent,
+    kill_process,
+    stop_process,
+)
 
 ENV = "IDEMP_4X_REAL"
 BOOT_TIMEOUT_S = 90.0  # two JVMs on a busy 2-core machine: 10-20 s typically
@@ -136,7 +142,11 @@ class RealBroker:
         )
         with open(log, "ab") as out:
             return subprocess.Popen(
-                ["bash", "-c", script], stdout=out, stderr=subprocess.STDOUT, cwd=self.dir
+                ["bash", "-c", script],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                cwd=self.dir,
+                preexec_fn=die_with_parent(),  # kept across bash's exec of the JVM
             )
 
     def start(self) -> RealBroker:
@@ -148,7 +158,7 @@ class RealBroker:
         (self.dir / "ns.conf").write_text(f"listenPort={self.namesrv_port}\n")
         settings = dict(self.properties)
         system: dict[str, str] = {}
-        tls: dict[str, str] = {}  # both servers: idemp's nameserver shares the broker's ports' TLS
+        tls: dict[str, str] = {}  # to both JVMs: idemp's two servers are one process
         for key in list(settings):
             if key in SYSTEM_PROPERTIES:
                 name, convert = SYSTEM_PROPERTIES[key]
