@@ -350,6 +350,19 @@ def _send_batch(
     return _after_flush(server, response, end)
 
 
+def send_back_properties(msg: MessageExt, delay_level: int) -> dict[str, str]:
+    """A sent-back copy's properties, as consumerSendMsgBack sets them (4.9.7 and 5.3.3):
+    where it came from (RETRY_TOPIC, ORIGIN_MESSAGE_ID, kept from an earlier copy) and its
+    delay level, 0 for a dead letter."""
+    props = dict(msg.properties)
+    props.setdefault(Prop.RETRY_TOPIC, msg.topic)
+    props[Prop.WAIT] = "false"
+    props[Prop.DELAY] = str(delay_level)
+    if not props.get(Prop.ORIGIN_MESSAGE_ID):
+        props[Prop.ORIGIN_MESSAGE_ID] = msg.offset_msg_id
+    return props
+
+
 def send_back(server: Broker, conn: Peer, cmd: RemotingCommand) -> HandlerResult:
     cmd.require("offset", "group", "delayLevel")
     store = server.store
@@ -374,9 +387,6 @@ def send_back(server: Broker, conn: Peer, cmd: RemotingCommand) -> HandlerResult
     msg = store.lookup(offset)
     if msg is None:
         return cmd.response(ResponseCode.SYSTEM_ERROR, f"look message by offset failed, {offset}")
-    props = dict(msg.properties)
-    props.setdefault(Prop.RETRY_TOPIC, msg.topic)
-    props[Prop.WAIT] = "false"
     delay_level = cmd.field_int("delayLevel")
     max_times = gcfg.retryMaxTimes
     if cmd.version >= V3_4_9 and cmd.ext_fields.get("maxReconsumeTimes"):
@@ -384,13 +394,10 @@ def send_back(server: Broker, conn: Peer, cmd: RemotingCommand) -> HandlerResult
     if msg.reconsume_times >= max_times or delay_level < 0:
         tcfg = store.topics.create_system(dlq_topic(group), 1, Perm.READ | Perm.WRITE)
         queue_id = 0
-        props[Prop.DELAY] = "0"
-    else:
-        if delay_level == 0:
-            delay_level = 3 + msg.reconsume_times
-        props[Prop.DELAY] = str(delay_level)
-    if not props.get(Prop.ORIGIN_MESSAGE_ID):
-        props[Prop.ORIGIN_MESSAGE_ID] = msg.offset_msg_id
+        delay_level = 0
+    elif delay_level == 0:
+        delay_level = 3 + msg.reconsume_times
+    props = send_back_properties(msg, delay_level)
     retry = MessageExt(
         topic=tcfg.topicName,
         queue_id=queue_id,

@@ -16,7 +16,7 @@ from idemp.broker.v5.schema import pb
 from idemp.remoting.codes import RequestCode
 from tests.broker.rawclient import RawClient
 
-from .conftest import Client5, Endpoint5
+from .conftest import Client5, Endpoint5, dead_letters
 from .raw import Raw, simple_consumer
 
 INVISIBLE_S = 10
@@ -233,3 +233,53 @@ def test_a_4x_namespaced_topic_as_a_5x_client_receives_it(
         [(pb.INTERNAL_SERVER_ERROR, "ack failed: status is abnormal")],
     )
     assert raw.ack(group, topic, handle, message_id) == (pb.OK, "OK", [(pb.OK, "OK")])
+
+
+def test_forwarding_to_the_dlq_sends_the_handles_message_back_whatever_the_names(
+    raw: Raw, admin: RawClient, names: Callable[[str], str]
+) -> None:
+    """ForwardMessageToDeadLetterQueue (the 5.x PushConsumer's FIFO give-up): RocketMQ
+    5.3.3's proxy checks the names' syntax only, sends the handle's message back to the
+    named group's DLQ, then acks it (quietly failing for a topic it lacks). Its answer is
+    the send-back's: OK, "0". The dead letter carries where it came from, as a 4.x
+    send-back's does."""
+    topic, group, other = names("T"), names("G"), names("OtherG")
+    assert admin.create_topic(topic, 1).code == 0
+    assert admin.create_group(group).code == 0
+    sent = admin.send_message(topic, b"dead", {"KEYS": "kd"})
+    assert sent.code == 0
+    settings, request = simple_consumer(group, topic)
+    assert raw.first_telemetry(settings).status.code == pb.OK
+    request.invisible_duration.seconds = 30
+    request.long_polling_timeout.seconds = 5
+    answers = raw.stream("ReceiveMessage", request, pb.ReceiveMessageResponse)
+    (message,) = [a.message for a in answers if a.WhichOneof("content") == "message"]
+
+    def forward(group_name: str, topic_name: str) -> tuple[int, str]:
+        answer = raw.unary(
+            "ForwardMessageToDeadLetterQueue",
+            pb.ForwardMessageToDeadLetterQueueRequest(
+                group=pb.Resource(name=group_name),
+                topic=pb.Resource(name=topic_name),
+                receipt_handle=message.system_properties.receipt_handle,
+                message_id=message.system_properties.message_id,
+                delivery_attempt=1,
+                max_delivery_attempts=16,
+            ),
+            pb.ForwardMessageToDeadLetterQueueResponse,
+        )
+        return answer.status.code, answer.status.message
+
+    assert forward(group, names("NoSuchT")) == (pb.OK, "0")
+    assert forward(other, topic) == (pb.OK, "0")  # a group is created on first use
+    assert forward(group, topic) == (pb.OK, "0")
+    ours, others = (
+        dead_letters(admin.addr, group, 2, 10.0),
+        dead_letters(admin.addr, other, 1, 10.0),
+    )
+    assert (len(ours), len(others)) == (2, 1)
+    for dead in ours + others:
+        assert (dead.body, dead.reconsume_times) == (b"dead", 1)
+        assert dead.properties["RETRY_TOPIC"] == topic
+        assert dead.properties["ORIGIN_MESSAGE_ID"] == sent.ext_fields["msgId"]
+        assert dead.properties["DELAY"] == "0"

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from idemp.remoting.msgid import parse_offset_msg_id
 from idemp.tools import dlq
 from tests.broker.rawclient import RawClient
 
@@ -36,6 +37,12 @@ def test_failure_is_retried_then_dead_lettered(
     assert [c["delivery_attempt"] for c in bad] == [1, 2]
     found = dead_letters(broker5.broker_addr, group, 1, 30)
     assert [m.body for m in found] == [b"bad"]
+    # sent back by the proxy as a 4.x consumer's send-back is: from the POP retry copy it
+    # was last delivered as (its offset id), no delay (as on RocketMQ 5.3.3)
+    (dead,) = found
+    assert dead.properties["RETRY_TOPIC"] == f"%RETRY%{group}_{topic}"
+    assert dead.properties["DELAY"] == "0"
+    assert parse_offset_msg_id(dead.properties["ORIGIN_MESSAGE_ID"])[1] < dead.commit_log_offset
 
 
 def test_a_dead_letter_replayed_comes_back_to_its_group(

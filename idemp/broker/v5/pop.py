@@ -35,6 +35,7 @@ from idemp.waiting import within
 
 from ..diskguard import DiskFull
 from ..metadata import Perm, dlq_topic
+from ..send import send_back_properties
 from ..store import MessageStore
 from .deadlines import Deadlines
 
@@ -549,12 +550,10 @@ class PopService:
     def _to_dlq(self, group: str, topic: str, msg: MessageExt) -> None:
         store = self.store
         dlq = store.topics.create_system(dlq_topic(group), 1, Perm.READ | Perm.WRITE)
-        props = dict(msg.properties)
-        # as RocketMQ 5.3.3's send-back (measured): the topic of the copy as stored (the
-        # POP retry topic for a retried message), and one more reconsume
-        props.setdefault(Prop.RETRY_TOPIC, msg.topic)
-        props.pop(Prop.DELAY, None)
-        props[Prop.WAIT] = "false"
+        # the proxy sends it back (delay level -1) as a 4.x consumer would: RETRY_TOPIC is
+        # the topic of the copy as stored (the POP retry topic for a retried message),
+        # ORIGIN_MESSAGE_ID its offset id, DELAY 0, one more reconsume (measured on 5.3.3)
+        props = send_back_properties(msg, 0)
         store.put(
             MessageExt(
                 topic=dlq.topicName,

@@ -875,19 +875,23 @@ class MessagingService:
         )
 
     async def forward_to_dlq(self, request: Any, context: Any) -> Any:
+        """The proxy checks the names' syntax only and sends the handle's message back
+        (delay level -1: the group's DLQ), then acks it under the names given; an ack
+        that finds nothing, for a topic the broker lacks, is not reported (5.3.3)."""
         try:
             self._client(context)
-            cfg = self._topic(request.topic)
+            self._known_topic(request.topic)
             gcfg = self._group(request.group)
             try:
-                self.pop.forward_to_dlq(gcfg.groupName, cfg.topicName, request.receipt_handle)
+                self.pop.forward_to_dlq(gcfg.groupName, request.topic.name, request.receipt_handle)
             except HandleError as exc:
                 raise RequestError(_handle_code(exc), str(exc)) from None
             except DiskFull:  # the broker's send-back answer: the put's status by name
                 raise RequestError(Code.INTERNAL_SERVER_ERROR, "SERVICE_NOT_AVAILABLE") from None
         except RequestError as exc:
             return pb.ForwardMessageToDeadLetterQueueResponse(status=status(exc.code, exc.message))
-        return pb.ForwardMessageToDeadLetterQueueResponse(status=status(Code.OK))
+        # ResponseBuilder.buildStatus: the send-back's remark, else its remoting code (0)
+        return pb.ForwardMessageToDeadLetterQueueResponse(status=status(Code.OK, "0"))
 
 
 def _guarded(fn: Any, response: Any) -> Any:
