@@ -47,6 +47,17 @@ class Raw:
         )
         return list(call(request, metadata=self.metadata, timeout=40))
 
+    def receive_one(self, group: str, topic: str, invisible_s: int = 30) -> Any:
+        """As a SimpleConsumer: its settings, then one ReceiveMessage (a 5 s long poll)
+        of the one message it must find."""
+        settings, request = simple_consumer(group, topic)
+        assert self.first_telemetry(settings).status.code == pb.OK
+        request.invisible_duration.seconds = invisible_s
+        request.long_polling_timeout.seconds = 5
+        answers = self.stream("ReceiveMessage", request, pb.ReceiveMessageResponse)
+        (message,) = [a.message for a in answers if a.WhichOneof("content") == "message"]
+        return message
+
     def first_telemetry(self, settings: Any) -> Any:
         """Open a Telemetry stream, send ``settings``, return the first answer (a
         refusal ends the stream: grpc.RpcError), then close the stream."""

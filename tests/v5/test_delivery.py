@@ -17,7 +17,7 @@ from idemp.remoting.codes import RequestCode
 from tests.broker.rawclient import RawClient
 
 from .conftest import Client5, Endpoint5, dead_letters
-from .raw import Raw, simple_consumer
+from .raw import Raw
 
 INVISIBLE_S = 10
 PROXY = "org.apache.rocketmq.proxy.common.ProxyException: "
@@ -213,12 +213,7 @@ def test_a_4x_namespaced_topic_as_a_5x_client_receives_it(
     assert admin.create_topic(topic, 1).code == 0
     assert admin.create_group(group).code == 0
     assert admin.send_message(topic, b"from-4x", {"KEYS": "k1"}).code == 0
-    settings, request = simple_consumer(group, topic)
-    assert raw.first_telemetry(settings).status.code == pb.OK
-    request.invisible_duration.seconds = 30
-    request.long_polling_timeout.seconds = 5
-    answers = raw.stream("ReceiveMessage", request, pb.ReceiveMessageResponse)
-    (message,) = [a.message for a in answers if a.WhichOneof("content") == "message"]
+    message = raw.receive_one(group, topic)
     assert (message.topic.resource_namespace, message.topic.name) == ("ns1", plain)
     assert message.body == b"from-4x"
     handle = message.system_properties.receipt_handle
@@ -248,12 +243,7 @@ def test_forwarding_to_the_dlq_sends_the_handles_message_back_whatever_the_names
     assert admin.create_group(group).code == 0
     sent = admin.send_message(topic, b"dead", {"KEYS": "kd"})
     assert sent.code == 0
-    settings, request = simple_consumer(group, topic)
-    assert raw.first_telemetry(settings).status.code == pb.OK
-    request.invisible_duration.seconds = 30
-    request.long_polling_timeout.seconds = 5
-    answers = raw.stream("ReceiveMessage", request, pb.ReceiveMessageResponse)
-    (message,) = [a.message for a in answers if a.WhichOneof("content") == "message"]
+    message = raw.receive_one(group, topic)
 
     def forward(group_name: str, topic_name: str) -> tuple[int, str]:
         answer = raw.unary(
