@@ -586,11 +586,13 @@ def test_the_half_topic_is_a_topic_from_the_first_check_round(
     halves or without. Before that a half is stored in it all the same, but the topic
     has no config, no route, and a pull is TOPIC_NOT_EXIST; the op topic never has one.
     Seen side by side with these requests (2026-11-28)."""
-    interval_s = 2.0
+    # The round's clock starts with the broker, so the time is taken before it starts;
+    # 10 s leaves room for a JVM's boot (RocketMQ) before the early requests.
+    interval_s = 10.0
+    started_at = time.monotonic()
     broker = make_broker(transactionCheckInterval=int(interval_s * 1000))
     half_topic, op_topic = "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC"
     with RawClient(broker.broker_addr) as raw, RawClient(broker.namesrv_addr) as ns:
-        started_at = time.monotonic()
         assert raw.create_topic("TopicTxFirst", 1).code == 0
         props = {"TRAN_MSG": "true", "PGROUP": "PG_FIRST", "UNIQ_KEY": "7F000001000000000000000A"}
         sent = raw.send_message("TopicTxFirst", b"h", props, group="PG_FIRST", sys_flag=4)
@@ -611,7 +613,7 @@ def test_the_half_topic_is_a_topic_from_the_first_check_round(
         early_pull = raw.pull(half_topic, 0, 0, suspend_ms=0).code
         early_route = ns.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": half_topic}).code
         assert time.monotonic() - started_at < interval_s  # all of it before the first round
-        deadline = time.monotonic() + 3 * interval_s  # the round, on a busy machine
+        deadline = started_at + interval_s + 10.0  # the round, on a busy machine
         while half_topic not in raw.topic_names():
             assert time.monotonic() < deadline, "no half topic after the first check round"
             time.sleep(0.1)  # polling the broker's table; bounded by the deadline
