@@ -161,6 +161,10 @@ def run(cmd: dict[str, Any]) -> dict[str, Any]:
             config(cmd), cmd["group"], subs, cmd.get("await", 5), tls_enable=cmd.get("tls", False)
         )
         c.startup()
+        # RocketMQ fails a receive before the settings arrived (50001); the client's
+        # startup waits for them only for a PushConsumer, so wait here as idemp's loop does
+        if not c._init_settings_event.wait(10):
+            raise RuntimeError("no settings from the server within 10 s")
         clients[cmd["name"]] = c
         return {}
     if op == "receive":
