@@ -36,6 +36,8 @@ from idemp.message import Answer, ConsumeResult, Message, answer_of
 
 logger = logging.getLogger("idemp.adapters.rocketmq5")
 RECEIVE_RETRY_S = 1.0
+# how long ``consume`` waits for the server's settings before its first receive
+SETTINGS_WAIT_S = 10.0
 
 
 def to_message(received: Any, *, group: str) -> Message:
@@ -176,6 +178,20 @@ class PushRunner:
         consumer.shutdown()
 
 
+def _await_settings(consumer: Any) -> None:
+    """Wait until the server's settings reached ``consumer``, or ``SETTINGS_WAIT_S``.
+
+    RocketMQ 5's proxy answers a receive that comes before them with 50001 "settings is
+    null" (the client's ``startup`` waits for them only for a PushConsumer): without this
+    the first receive of a loop started right after ``startup`` could fail. The client
+    marks their arrival with an event; a client without it is not waited for."""
+    arrived = getattr(consumer, "_init_settings_event", None)
+    if not isinstance(arrived, threading.Event):
+        return
+    if not arrived.wait(SETTINGS_WAIT_S):
+        logger.warning("no settings from the server after %.0f s; receiving", SETTINGS_WAIT_S)
+
+
 def consume(
     consumer: Any,
     fn: Callable[[Message], Any],
@@ -206,6 +222,7 @@ def consume(
         raise ValueError(f"ack_threads must be at least 1, not {ack_threads!r}")
     stop = stop or threading.Event()
     counts = {"acked": 0, "later": 0, "receives": 0, "errors": 0}
+    _await_settings(consumer)
     done = 0
     with ThreadPoolExecutor(ack_threads, thread_name_prefix="idemp-ack") as acks:
         while not stop.is_set() and (rounds is None or done < rounds):

@@ -106,7 +106,9 @@ def simple_receive(
 ) -> float:
     consumer = SimpleConsumer(cfg, group, {topic: FilterExpression("*")}, 5)
     consumer.startup()
-    time.sleep(1)  # RocketMQ answers "settings is null" until the settings arrived
+    # a receive before the settings arrived fails (50001 "settings is null")
+    if not consumer._init_settings_event.wait(10):
+        raise RuntimeError("no settings from the server within 10 s")
     got = 0
     cost = _ClientCost(port)
     began = time.perf_counter()

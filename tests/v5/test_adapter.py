@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import json
 import subprocess
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
 
+from idemp.adapters import rocketmq5
 from tests.broker.rawclient import RawClient
 
 from .conftest import Client5, Endpoint5, v5_python
@@ -242,3 +244,27 @@ def test_guarded_fifo_a_held_transition_holds_back_only_its_ride(
     with RawClient(broker5.broker_addr) as remoting:
         dlq = remoting.pull_messages(f"%DLQ%{group}", 0)
     assert [json.loads(m.body) for m in dlq] == [{"ride": r1, "state": "driver_departed"}]
+
+
+def test_the_loop_waits_for_the_servers_settings_before_its_first_receive() -> None:
+    """RocketMQ 5 fails a receive that comes before the client's settings arrived (see
+    test_bad_input); the SimpleConsumer's startup does not wait for them, so the loop
+    does, on the client's own event (a stand-in client: when the settings arrive is the
+    point, and no server lets a test choose it)."""
+
+    class Consumer:
+        def __init__(self) -> None:
+            self._init_settings_event = threading.Event()
+            self.settled: list[bool] = []  # per receive: had the settings arrived?
+
+        def receive(self, max_messages: int, invisible_duration: int) -> list[Any]:
+            self.settled.append(self._init_settings_event.is_set())
+            return []
+
+    consumer = Consumer()
+    arrive = threading.Timer(0.3, consumer._init_settings_event.set)
+    arrive.start()
+    counts = rocketmq5.consume(consumer, lambda m: None, group="G", rounds=2)
+    arrive.join()
+    assert consumer.settled == [True, True]
+    assert counts == {"acked": 0, "later": 0, "receives": 2, "errors": 0}
