@@ -139,10 +139,9 @@ def broker5(make_broker: Callable[..., BrokerProcess]) -> Endpoint5:  # noqa: F8
     """idemp's broker, or with ``IDEMP_V5_REAL=<proxy grpc host:port>,<broker host:port>``
     (``,<nameserver host:port>`` for the tests that need one) a running RocketMQ 5
     (../shared/realrmq5): the same tests, to check them on the real thing. Topic and
-    group names are unique per test, so a shared server does not leak. (On RocketMQ a
-    receive right after a SimpleConsumer's start may fail with 50001 "settings is null"
-    before its Telemetry settings arrive; idemp answers it with the group's defaults
-    instead of failing.)"""
+    group names are unique per test, so a shared server does not leak. (A receive before
+    the client's Telemetry settings arrived fails with 50001 on both, so the child's
+    SimpleConsumer waits for them after its start.)"""
     real = os.environ.get("IDEMP_V5_REAL")
     if real:
         grpc_addr, broker_addr, *namesrv = real.split(",")
@@ -173,6 +172,24 @@ def dead_letters(broker_addr: str, group: str, want: int, within: float) -> list
             if len(found) < want:
                 time.sleep(0.5)  # polled, bounded by ``within``
     return found
+
+
+def wait_dispatched(
+    admin: RawClient, topic: str, want: int, queues: int, within: float = 10.0
+) -> None:
+    """Return once ``topic``'s ``queues`` consume queues hold ``want`` messages in all.
+
+    RocketMQ answers a send once the message is in its commit log and puts it in its
+    consume queue a moment later (its reput thread): a receive right after the sends may
+    see only some of them, which on a FIFO queue then blocks the rest for an invisible
+    time. (idemp's broker indexes a message before it answers.)"""
+    deadline = time.monotonic() + within
+    while True:
+        held = sum(admin.max_offset(topic, q) for q in range(queues))
+        if held >= want or time.monotonic() >= deadline:
+            assert held == want, f"{topic}: {held} of {want} messages in the consume queues"
+            return
+        time.sleep(0.05)  # polled, bounded by ``within``
 
 
 @pytest.fixture
