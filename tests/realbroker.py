@@ -17,7 +17,7 @@ import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -28,6 +28,8 @@ from idemp.broker.process import (
     kill_process,
     stop_process,
 )
+from idemp.remoting import RequestCode
+from tests.broker.rawclient import RawClient
 
 ENV = "IDEMP_4X_REAL"
 BOOT_TIMEOUT_S = 90.0  # two JVMs on a busy 2-core machine: 10-20 s typically
@@ -51,18 +53,24 @@ def real_home() -> str | None:
 
 # the suites whose brokers IDEMP_4X_REAL replaces: the broker's own, and what a user runs
 # against RocketMQ in production (the client, runners, worker, CLI, the reconciliation's
-# offset loaders); RocketMQ 5 tests have their own switch (IDEMP_V5_REAL)
-REAL_SUITES = ("broker", "client", "runners", "worker", "cli", "reconcile")
+# offset loaders, the decorators on a runner); RocketMQ 5 tests have their own switch
+# (IDEMP_V5_REAL)
+REAL_SUITES = ("broker", "client", "runners", "worker", "cli", "reconcile", "idempotency")
 
 
-def start_broker(
-    store: Path, properties: dict[str, str], test_path: Path
-) -> BrokerProcess | RealBroker:
-    """RocketMQ 4.9.7 for a test of REAL_SUITES when IDEMP_4X_REAL is set, else idemp's."""
+def broker_of(store: Path, properties: dict[str, str] | None, test_path: Path) -> BrokerProcess:
+    """RocketMQ 4.9.7 for a test of REAL_SUITES when IDEMP_4X_REAL is set, else idemp's;
+    not started (``with broker_of(...) as b`` starts and stops it). Typed as a
+    BrokerProcess: RealBroker has the part of its surface these tests use."""
     home = real_home()
     if home is not None and test_path.parent.name in REAL_SUITES:
-        return RealBroker(home, store, properties).start()
-    return BrokerProcess(store, properties=properties).start()
+        return cast(BrokerProcess, RealBroker(home, store, properties))
+    return BrokerProcess(store, properties=properties)
+
+
+def start_broker(store: Path, properties: dict[str, str], test_path: Path) -> BrokerProcess:
+    """``broker_of``, started."""
+    return broker_of(store, properties, test_path).start()
 
 
 def skip_idemp_only(items: list[pytest.Item]) -> None:
@@ -193,7 +201,20 @@ class RealBroker:
             {**system, **tls},
         )
         self._wait(br_log, mark, self.proc, "boot success")
+        self._wait_for_stats()
         return self
+
+    def _wait_for_stats(self) -> None:
+        """Until the broker's runtime info answers. Its store samples its figures once a
+        second from start, and GET_BROKER_RUNTIME_INFO (mqadmin brokerStatus) fails
+        before the first sample (LinkedList.getLast of an empty list): idemp's broker
+        answers from its start, so ready here means that."""
+        deadline = time.monotonic() + BOOT_TIMEOUT_S
+        with RawClient(self.broker_addr) as c:
+            while c.request(RequestCode.GET_BROKER_RUNTIME_INFO).code != 0:
+                if time.monotonic() >= deadline:
+                    raise BrokerStartError("RocketMQ's runtime info never answered")
+                time.sleep(0.1)  # its first sample comes a second after start
 
     def _conf_dir(self, acl_file: str | None) -> None:
         """conf/ of the build (logback files) and, for aclPlainFile, conf/plain_acl.yml
@@ -233,6 +254,12 @@ class RealBroker:
             stop_process(self.namesrv, timeout)
             self.namesrv = None
         return code
+
+    def __enter__(self) -> RealBroker:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
 
     def kill(self) -> None:
         for proc in (self.proc, self.namesrv):

@@ -43,8 +43,8 @@ def make_broker(
         store = store or tmp_path / f"store{len(started)}"
         properties = {k: str(v) for k, v in props.items()}
         broker = start_broker(store, properties, request.path)
-        started.append(broker)  # type: ignore[arg-type]
-        return broker  # type: ignore[return-value]
+        started.append(broker)
+        return broker
 
     yield factory
     for broker in started:

@@ -33,8 +33,8 @@ def make_broker(
     def factory(store: Path | None = None, **props: object) -> BrokerProcess:
         store = store or tmp_path / f"store{len(started)}"
         broker = start_broker(store, {k: str(v) for k, v in props.items()}, request.path)
-        started.append(broker)  # type: ignore[arg-type]
-        return broker  # type: ignore[return-value]
+        started.append(broker)
+        return broker
 
     yield factory
     for broker in started:

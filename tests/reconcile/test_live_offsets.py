@@ -23,7 +23,7 @@ def broker(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[BrokerPro
     """idemp's broker, or RocketMQ 4.9.7 with IDEMP_4X_REAL (its consumerOffset.json is
     fastjson's, bare integer keys and all)."""
     b = start_broker(tmp_path / "store", {"messageDelayLevel": FAST_DELAYS}, request.path)
-    yield b  # type: ignore[misc]
+    yield b
     b.stop()
 
 
