@@ -60,7 +60,7 @@ def heartbeat(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingComma
 
 
 def unregister_client(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingCommand:
-    cmd.require("clientID")
+    # no clientID check: RocketMQ 4.9.7 unregisters the connection's groups without one
     changed = server.clients.unregister(
         conn, cmd.ext_fields.get("consumerGroup"), cmd.ext_fields.get("producerGroup")
     )
@@ -82,7 +82,7 @@ def check_client_config(server: Broker, conn: Peer, cmd: RemotingCommand) -> Rem
     (ClientManageProcessor.checkClientConfig): refused when the broker does not filter
     by properties, or when the expression does not compile, so that the consumer fails
     to start instead of receiving nothing."""
-    sub = _json_body(cmd).get("subscriptionData") if cmd.body else None
+    sub = _json_body(cmd).get("subscriptionData")  # no body: refused, as on RocketMQ
     if isinstance(sub, dict) and not is_tag_type(sub.get("expressionType")):
         expression_type = str(sub["expressionType"])
         if not server.config.enablePropertyFilter:

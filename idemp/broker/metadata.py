@@ -295,12 +295,14 @@ class GroupTable:
         self.path = path
         self.auto_create = auto_create
         self.groups: dict[str, SubscriptionGroupConfig] = {}
+        # begun afresh at every start, whatever the file says: RocketMQ 4.9.7 loads the
+        # file with fastjson, which cannot set SubscriptionGroupManager's final
+        # dataVersion (no setter), so the one it takes over is new (counter 0, now)
         self.version = DataVersion()
         data = read_json(path)
         if data:
             for name, raw in (data.get("subscriptionGroupTable") or {}).items():
                 self.groups[name] = _group_from_json(name, raw)
-            self.version = DataVersion.from_json(data.get("dataVersion"))
         for name in SYSTEM_GROUPS:
             self.groups.setdefault(name, SubscriptionGroupConfig(name))
 

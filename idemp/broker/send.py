@@ -150,6 +150,10 @@ def accept(
     """A send's header in V1 form and the queue it goes to (a random one when it named
     none), after msgCheck; or msgCheck's refusal."""
     cmd = _v1_header(request)
+    if not cmd.ext_fields.get("topic") and server.config.brokerPermission & Perm.WRITE:
+        # RocketMQ's header decoding leaves a missing field null, and msgCheck refuses a
+        # null topic as blank before any other field is used
+        return request.response(ResponseCode.SYSTEM_ERROR, topic_error("") or "")
     cmd.require(*_REQUIRED)
     checked = _msg_check(server, conn, request, cmd)
     if isinstance(checked, RemotingCommand):

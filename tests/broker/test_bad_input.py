@@ -12,6 +12,7 @@ import json
 import struct
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -30,8 +31,11 @@ from idemp.remoting import (
     decode_messages,
     encode,
 )
+from tests.realbroker import broker_of, real_home
 
 from .rawclient import RawClient
+
+HERE = Path(__file__)  # which suite: IDEMP_4X_REAL swaps this suite's brokers
 
 FRAME_MAX = 16 * 1024 * 1024
 # Bound for "the broker closes the connection promptly".
@@ -53,6 +57,7 @@ class Witness:
         sent = self.client.send_message("WitnessTopic", body, {"UNIQ_KEY": body.decode()})
         assert sent.code == 0, sent.remark
         offset = int(sent.ext_fields["queueOffset"])
+        assert self.client.indexed("WitnessTopic", 0, offset + 1) == offset + 1
         pulled = self.client.pull("WitnessTopic", 0, offset)
         assert pulled.code == 0, pulled.remark
         assert decode_messages(pulled.body)[0].body == body
@@ -65,7 +70,7 @@ class Witness:
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     """One broker takes all of this module's abuse (each test checks it still serves);
     a test that needs another configuration starts its own with ``make_broker``."""
-    with BrokerProcess(tmp_path_factory.mktemp("bad-input") / "store") as b:
+    with broker_of(tmp_path_factory.mktemp("bad-input") / "store", None, HERE) as b:
         yield b
 
 
@@ -198,7 +203,7 @@ def test_valid_topic_name_edges(broker: BrokerProcess) -> None:
         for topic in ("x" * 127, "%|-_aZ09"):
             r = c.send_message(topic, b"x")
             assert r.code == 0, (topic, r.remark)
-            assert c.max_offset(topic, int(r.ext_fields["queueId"])) == 1
+            assert c.indexed(topic, int(r.ext_fields["queueId"]), 1) == 1
 
 
 @pytest.mark.parametrize(
@@ -286,23 +291,8 @@ def test_body_over_max_message_size(make_broker: Callable[..., BrokerProcess]) -
             b"",
             "queueOffset",
         ),
-        (
-            RequestCode.SEND_MESSAGE,
-            {
-                "producerGroup": "PG",
-                "defaultTopic": "TBW102",
-                "defaultTopicQueueNums": 4,
-                "queueId": 0,
-                "sysFlag": 0,
-                "bornTimestamp": 0,
-                "flag": 0,
-            },
-            b"x",
-            "topic",
-        ),
         (RequestCode.CONSUMER_SEND_MSG_BACK, {"group": "G", "delayLevel": 0}, b"", "offset"),
         (RequestCode.GET_CONSUMER_LIST_BY_GROUP, {}, b"", "consumerGroup"),
-        (RequestCode.UNREGISTER_CLIENT, {}, b"", "clientID"),
     ],
     ids=[
         "max-offset-topic",
@@ -310,10 +300,8 @@ def test_body_over_max_message_size(make_broker: Callable[..., BrokerProcess]) -
         "query-offset-queueId",
         "view-offset",
         "pull-queueOffset",
-        "send-topic",
         "send-back-offset",
         "consumer-list-group",
-        "unregister-clientID",
     ],
 )
 def test_missing_required_field_is_a_system_error_naming_it(
@@ -324,11 +312,45 @@ def test_missing_required_field_is_a_system_error_naming_it(
     body: bytes,
     field: str,
 ) -> None:
+    """SYSTEM_ERROR, as from RocketMQ 4.9.7. Its header decoding leaves the field null
+    (the "is null" check's exception is caught and logged there) and the handler then
+    fails on it: RocketMQ's remark is that NullPointerException's text; idemp's names
+    the field instead."""
     with RawClient(broker.broker_addr) as c:
         r = c.request(code, ext, body)
         assert r.code == 1
-        assert f"the custom field <{field}> is null" in (r.remark or "")
+        if real_home() is None:
+            assert r.remark == f"the custom field <{field}> is null"
+        else:
+            assert (r.remark or "").startswith("java.lang.NullPointerException: ")
         assert c.max_offset("WitnessTopic") >= 0  # same connection still served
+
+
+def test_requests_missing_a_field_rocketmq_answers_all_the_same(
+    broker: BrokerProcess, witness: Witness
+) -> None:
+    """Where RocketMQ 4.9.7 goes on without the field (read off it, 2026-11-28): a send
+    without a topic finds it blank, an unregistration without a client id succeeds, a
+    CHECK_CLIENT_CONFIG without a body fails to read it."""
+    send = {
+        "producerGroup": "PG",
+        "defaultTopic": "TBW102",
+        "defaultTopicQueueNums": 4,
+        "queueId": 0,
+        "sysFlag": 0,
+        "bornTimestamp": 0,
+        "flag": 0,
+    }
+    with RawClient(broker.broker_addr) as c:
+        no_topic = c.request(RequestCode.SEND_MESSAGE, send, b"x")
+        no_fields = c.request(RequestCode.SEND_MESSAGE, {}, b"x")
+        unregister = c.request(RequestCode.UNREGISTER_CLIENT, {})
+        no_body = c.request(RequestCode.CHECK_CLIENT_CONFIG)
+    assert (no_topic.code, no_topic.remark) == (1, "The specified topic is blank.")
+    assert (no_fields.code, no_fields.remark) == (1, "The specified topic is blank.")
+    assert (unregister.code, unregister.remark) == (0, None)
+    assert no_body.code == 1
+    witness.round_trip()
     witness.round_trip()
 
 
@@ -538,6 +560,10 @@ def _expected_responses(cmd: RemotingCommand) -> int:
     return 1
 
 
+@pytest.mark.idemp_only(
+    "the answers expected are idemp's model of which fuzzed frames get one; on RocketMQ "
+    "4.9.7 a batch went unanswered within 5 s (not pursued: no client sends such frames)"
+)
 def test_fuzzed_requests_never_kill_the_broker(broker: BrokerProcess, witness: Witness) -> None:
     client = RawClient(broker.broker_addr)
     opaques = itertools.count(50_000)
@@ -625,6 +651,10 @@ headers = st.fixed_dictionaries(
 )
 
 
+@pytest.mark.idemp_only(
+    "the answers expected are idemp's model; RocketMQ answers a header without an opaque "
+    "under a number of its own request counter"
+)
 def test_fuzzed_json_headers_are_answered_or_close_the_connection(
     broker: BrokerProcess, witness: Witness
 ) -> None:

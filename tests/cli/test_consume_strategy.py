@@ -7,13 +7,15 @@ import subprocess
 import sys
 from pathlib import Path
 
-from idemp.broker.process import BrokerProcess
+from tests.realbroker import broker_of
+
+HERE = Path(__file__)  # which suite: IDEMP_4X_REAL swaps this suite's brokers
 
 
 def test_consume_through_a_strategy_marks_the_repeated_key_duplicate(tmp_path: Path) -> None:
     keys = tmp_path / "keys.txt"
     keys.write_text("o-1\no-2\no-2\no-3\n")
-    with BrokerProcess(tmp_path / "store") as broker:
+    with broker_of(tmp_path / "store", None, HERE) as broker:
         idemp = [sys.executable, "-m", "idemp"]
         common = ["--namesrv", broker.namesrv_addr, "--topic", "Orders"]
         subprocess.run(

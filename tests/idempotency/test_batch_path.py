@@ -26,6 +26,9 @@ from idemp.strategies import CONSUMING, UniqueKeyTable
 from tests.idempotency.effects import Effects
 from tests.idempotency.rides import order_msg, ride_guarded
 from tests.idempotency.specs import KINDS
+from tests.realbroker import broker_of
+
+HERE = Path(__file__)  # which suite: IDEMP_4X_REAL swaps this suite's brokers
 
 NS = "batch-group/Orders"
 SESSIONS = KINDS  # every kind here has a batch session
@@ -470,14 +473,13 @@ def test_runners_hand_their_batches_to_the_listener(orderly: bool, tmp_path: Pat
     """idemp's runners with consume_batch_size 8 against idemp's broker: producer
     duplicates absorbed, a failing handler's message redelivered and applied once, the
     effects written in the batch's transaction; orderly: per-key order kept."""
-    from idemp.broker.process import BrokerProcess
     from idemp.client.producer import OutMessage, Producer
     from idemp.client.settings import ClientSettings, ConsumeFrom, ConsumerSettings
     from idemp.runners import ConcurrentRunner, OrderlyRunner
     from tests.client.conftest import FAST_DELAYS, wait_for
 
     keys, steps = 40, 3
-    broker = BrokerProcess(tmp_path / "store", properties={"messageDelayLevel": FAST_DELAYS})
+    broker = broker_of(tmp_path / "store", {"messageDelayLevel": FAST_DELAYS}, HERE)
     broker.start()
     url = f"sqlite:///{tmp_path / 'app.db'}"
     strategy = UniqueKeyTable(url, transactional=True)

@@ -13,7 +13,9 @@ import pytest
 
 from idemp import Message, Outcome, idempotent, stats
 from idemp.adapters.official import callback, to_message
-from idemp.broker.process import BrokerProcess
+from tests.realbroker import broker_of
+
+HERE = Path(__file__)  # which suite: IDEMP_4X_REAL swaps this suite's brokers
 
 pytestmark = pytest.mark.official
 
@@ -38,7 +40,7 @@ def test_producer_duplicates_have_one_effect(
     from rocketmq.client import Producer, PushConsumer
 
     strategy, _ = make_strategy("redis")
-    broker = BrokerProcess(tmp_path / "store").start()
+    broker = broker_of(tmp_path / "store", None, HERE).start()
     effects: Counter[str] = Counter()
     deliveries: list[Message] = []
     lock = threading.Lock()

@@ -11,17 +11,19 @@ from typing import Any
 
 from idemp import Message, idempotent, stats
 from idemp.adapters.runner import concurrent
-from idemp.broker.process import BrokerProcess
 from idemp.client.producer import OutMessage, Producer
 from idemp.client.settings import ClientSettings, ConsumeFrom, ConsumerSettings
 from idemp.strategies import UniqueKeyTable
+from tests.realbroker import broker_of
+
+HERE = Path(__file__)  # which suite: IDEMP_4X_REAL swaps this suite's brokers
 
 KEYS = 20
 GROUP, TOPIC = "idemp-runner-e2e", "RunnerOrders"
 
 
 def test_runner_adapter_producer_duplicates_and_redelivery(tmp_path: Path) -> None:
-    broker = BrokerProcess(tmp_path / "store", properties={"messageDelayLevel": "1s " * 18})
+    broker = broker_of(tmp_path / "store", {"messageDelayLevel": "1s " * 18}, HERE)
     broker.start()
     strategy = UniqueKeyTable(f"sqlite:///{tmp_path / 'dedup.db'}")
     effects: collections.Counter[str] = collections.Counter()

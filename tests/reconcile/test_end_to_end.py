@@ -13,6 +13,9 @@ import sqlalchemy as sa
 
 from idemp.reconcile.cli import main as reconcile
 from idemp.reconcile.loaders import export_sql_table
+from tests.realbroker import broker_of
+
+HERE = Path(__file__)  # which suite: IDEMP_4X_REAL swaps this suite's brokers
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -32,7 +35,6 @@ def _wait(cond: Any, timeout: float, what: str) -> None:
 def test_broker_consumer_export_reconcile(spark: Any, tmp_path: Path) -> None:
     from idemp import Message, idempotent
     from idemp.broker.export import export
-    from idemp.broker.process import BrokerProcess
     from idemp.client import (
         ClientSettings,
         ConsumeFrom,
@@ -74,7 +76,7 @@ def test_broker_consumer_export_reconcile(spark: Any, tmp_path: Path) -> None:
 
     # short delay levels, so a redelivery comes back in a second
     props = {"messageDelayLevel": " ".join(["1s"] * 18), "flushConsumerOffsetInterval": "500"}
-    with BrokerProcess(store, properties=props) as broker:
+    with broker_of(store, props, HERE) as broker:
         client = ClientSettings(
             namesrv_addr=broker.namesrv_addr, persist_offset_interval=0.5, rebalance_interval=1.0
         )

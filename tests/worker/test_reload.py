@@ -14,8 +14,10 @@ from pathlib import Path
 from idemp.broker.process import BrokerProcess
 from idemp.client import OutMessage, Producer
 from tests.client.conftest import wait_for
+from tests.realbroker import broker_of
 
 ROOT = Path(__file__).resolve().parents[2]
+HERE = Path(__file__)  # which suite: IDEMP_4X_REAL swaps this suite's brokers
 
 SERVICE = """
 import sys
@@ -58,7 +60,7 @@ def test_a_changed_module_restarts_the_worker(tmp_path: Path) -> None:
     module.write_text(SERVICE.replace("VERSION", "v1"))
     ready = tmp_path / "ready.json"
     out, err = tmp_path / "worker.out", tmp_path / "worker.err"
-    with BrokerProcess(tmp_path / "store") as broker:
+    with broker_of(tmp_path / "store", None, HERE) as broker:
         _send(broker, "k1")  # the topic exists before the worker starts
         proc = _reloader(broker, tmp_path, "--ready-file", str(ready), "--shutdown-timeout", "10")
         try:
@@ -166,7 +168,7 @@ def test_a_second_signal_reaches_the_worker(tmp_path: Path) -> None:
     app_dir.mkdir()
     (app_dir / "service.py").write_text(SLOW)
     out, err = tmp_path / "worker.out", tmp_path / "worker.err"
-    with BrokerProcess(tmp_path / "store") as broker:
+    with broker_of(tmp_path / "store", None, HERE) as broker:
         _send(broker, "k1")
         proc = _reloader(broker, tmp_path, "--shutdown-timeout", "120")
         try:

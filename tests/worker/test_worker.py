@@ -23,6 +23,9 @@ from idemp.broker.process import BrokerProcess
 from idemp.client import OutMessage, Producer
 from idemp.tools.history_pull import HistoryPuller
 from tests.client.conftest import FAST_DELAYS, wait_for
+from tests.realbroker import broker_of
+
+HERE = Path(__file__)  # which suite: IDEMP_4X_REAL swaps this suite's brokers
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
@@ -83,7 +86,7 @@ class Worker:
 @pytest.fixture
 def service(tmp_path: Path) -> Iterator[tuple[BrokerProcess, Callable[..., Worker], sa.Engine]]:
     """The broker with the service's messages stored, a worker launcher, the effects."""
-    broker = BrokerProcess(tmp_path / "store", properties={"messageDelayLevel": FAST_DELAYS})
+    broker = broker_of(tmp_path / "store", {"messageDelayLevel": FAST_DELAYS}, HERE)
     broker.start()
     effects_url = f"sqlite:///{tmp_path / 'effects.db'}"
     sys.path.insert(0, str(EXAMPLES))
