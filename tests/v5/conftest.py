@@ -139,9 +139,9 @@ def broker5(make_broker: Callable[..., BrokerProcess]) -> Endpoint5:  # noqa: F8
     """idemp's broker, or with ``IDEMP_V5_REAL=<proxy grpc host:port>,<broker host:port>``
     (``,<nameserver host:port>`` for the tests that need one) a running RocketMQ 5
     (../shared/realrmq5): the same tests, to check them on the real thing. Topic and
-    group names are unique per test, so a shared server does not leak. (A receive before
-    the client's Telemetry settings arrived fails with 50001 on both, so the child's
-    SimpleConsumer waits for them after its start.)"""
+    group names are unique per test, so a shared server does not leak. (On RocketMQ a
+    receive before the client's Telemetry settings arrived fails with 50001, so the
+    child's SimpleConsumer waits for them after its start.)"""
     real = os.environ.get("IDEMP_V5_REAL")
     if real:
         grpc_addr, broker_addr, *namesrv = real.split(",")

@@ -338,30 +338,35 @@ def test_client_requests_without_settings_and_unknown_transactions(
     }
 
 
-def test_a_receive_before_the_clients_settings_fails(
+def test_a_receive_before_the_clients_settings(
     broker5: Endpoint5, admin: RawClient, names: Callable[[str], str]
 ) -> None:
     """RocketMQ 5.3.3 reads the subscription off the client's Telemetry settings first: a
     receive before them fails with that NullPointerException's text (50001), even with a
-    message waiting, and the stream still ends with the answer's time. (What a
-    SimpleConsumer's first receive meets when it comes before its settings arrived.)"""
+    message waiting. idemp serves it with the group's own settings instead, on purpose:
+    the official SimpleConsumer's startup does not wait for its settings, so its first
+    receive can come before them (one start in ten or so, measured on both servers)
+    and fails there. Either way the stream ends with the answer's time."""
     topic, group = names("T"), names("G")
     assert admin.create_topic(topic, 1).code == 0
     assert admin.send_message(topic, b"waiting").code == 0
+    assert admin.indexed(topic, 0, 1) == 1
     _, request = simple_consumer(group, topic)
     request.long_polling_timeout.seconds = 5
     with closing(Raw(broker5.grpc_addr, client_id=names("raw-client@nosettings"))) as raw:
         answers = raw.stream("ReceiveMessage", request, pb.ReceiveMessageResponse)
-    assert [a.WhichOneof("content") for a in answers] == ["status", "delivery_timestamp"]
-    assert (answers[0].status.code, answers[0].status.message) == (
-        pb.INTERNAL_SERVER_ERROR,
-        'Cannot invoke "apache.rocketmq.v2.Settings.getSubscription()" because "settings" is'
-        " null. NullPointerException. org.apache.rocketmq.proxy.grpc.v2.consumer."
-        "ReceiveMessageActivity.receiveMessage(ReceiveMessageActivity.java:63)",
-    )
-    # with them, the same request finds the message
-    with closing(Raw(broker5.grpc_addr, client_id=names("raw-client@settings"))) as raw:
-        assert raw.receive_one(group, topic).body == b"waiting"
+    kinds = [a.WhichOneof("content") for a in answers]
+    if broker5.real:
+        assert kinds == ["status", "delivery_timestamp"]
+        assert (answers[0].status.code, answers[0].status.message) == (
+            pb.INTERNAL_SERVER_ERROR,
+            'Cannot invoke "apache.rocketmq.v2.Settings.getSubscription()" because "settings"'
+            " is null. NullPointerException. org.apache.rocketmq.proxy.grpc.v2.consumer."
+            "ReceiveMessageActivity.receiveMessage(ReceiveMessageActivity.java:63)",
+        )
+    else:
+        assert kinds == ["status", "message", "delivery_timestamp"]
+        assert answers[0].status.code == pb.OK and answers[1].message.body == b"waiting"
 
 
 def test_settings_refused_on_telemetry(

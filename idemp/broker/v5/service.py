@@ -52,13 +52,6 @@ MAX_DELAY_MS = 24 * 3600 * 1000
 MAX_RECOVERY_S = 3600
 _PROXY = "org.apache.rocketmq.proxy.common.ProxyException: "
 NO_TRANSACTION_DATA = _PROXY + "cannot found transaction data"
-# RocketMQ 5.3.3's ReceiveMessageActivity reads the subscription off the client's
-# Telemetry settings before anything else, and fails on their absence with this
-NO_SETTINGS_TO_RECEIVE = (
-    'Cannot invoke "apache.rocketmq.v2.Settings.getSubscription()" because "settings" is null.'
-    " NullPointerException. org.apache.rocketmq.proxy.grpc.v2.consumer.ReceiveMessageActivity"
-    ".receiveMessage(ReceiveMessageActivity.java:63)"
-)
 MESSAGE_GROUP_MAX = 64
 USER_PROPERTY_MAX_NUM = 128
 USER_PROPERTY_MAX_SIZE = 16 * 1024
@@ -729,14 +722,13 @@ class MessagingService:
         try:
             client = self._client(context)
             settings = client.settings
-            if settings is None:  # a receive before the client's settings, as RocketMQ
-                raise RequestError(Code.INTERNAL_SERVER_ERROR, NO_SETTINGS_TO_RECEIVE)
             remaining = context.time_remaining()
             remaining_ms = int(remaining * 1000) if remaining is not None else MAX_LONG_POLL_MS * 2
             if request.HasField("long_polling_timeout"):
                 polling = _ms(request.long_polling_timeout)
             else:
-                polling = remaining_ms - _ms(settings.request_timeout) // 2
+                timeout = _ms(settings.request_timeout) if settings is not None else 3000
+                polling = remaining_ms - timeout // 2
             polling = max(MIN_LONG_POLL_MS, min(polling, MAX_LONG_POLL_MS))
             if polling > remaining_ms:
                 if remaining_ms < MIN_LONG_POLL_MS:
@@ -765,7 +757,7 @@ class MessagingService:
             accepts = _filter(request.filter_expression)
             max_attempts = (
                 settings.backoff_policy.max_attempts
-                if settings.backoff_policy.max_attempts > 0
+                if settings is not None and settings.backoff_policy.max_attempts > 0
                 else gcfg.retryMaxTimes + 1
             )
             fifo = gcfg.consumeMessageOrderly
