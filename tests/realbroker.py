@@ -53,9 +53,18 @@ def real_home() -> str | None:
 
 # the suites whose brokers IDEMP_4X_REAL replaces: the broker's own, and what a user runs
 # against RocketMQ in production (the client, runners, worker, CLI, the reconciliation's
-# offset loaders, the decorators on a runner); RocketMQ 5 tests have their own switch
+# offset loaders, the decorators on a runner, the examples); RocketMQ 5 tests have their own switch
 # (IDEMP_V5_REAL)
-REAL_SUITES = ("broker", "client", "runners", "worker", "cli", "reconcile", "idempotency")
+REAL_SUITES = (
+    "broker",
+    "client",
+    "runners",
+    "worker",
+    "cli",
+    "reconcile",
+    "idempotency",
+    "examples",
+)
 
 
 def broker_of(store: Path, properties: dict[str, str] | None, test_path: Path) -> BrokerProcess:

@@ -6,10 +6,12 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
 
+from tests.realbroker import broker_of, real_home
 from tests.servers import PostgresServer, RedisServer
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -56,6 +58,18 @@ def test_example(name: str, request: pytest.FixtureRequest, tmp_path: Path) -> N
     env = dict(os.environ, HOME=str(tmp_path), PYTHONPATH=str(ROOT))
     env.pop("REDIS_URL", None)
     env.pop("DATABASE_URL", None)
+    env.pop("NAMESRV_ADDR", None)
+    with ExitStack() as stack:
+        if real_home():  # IDEMP_4X_REAL: the example against RocketMQ 4.9.7 (NAMESRV_ADDR)
+            props = {"messageDelayLevel": " ".join(["1s"] * 18)}  # as the embedded broker's
+            real = stack.enter_context(broker_of(tmp_path / "store", props, Path(__file__)))
+            env["NAMESRV_ADDR"] = real.namesrv_addr
+        _run_example(name, request, tmp_path, env)
+
+
+def _run_example(
+    name: str, request: pytest.FixtureRequest, tmp_path: Path, env: dict[str, str]
+) -> None:
     need = NEEDS.get(name)
     if need == "redis":
         redis: RedisServer = request.getfixturevalue("redis_server")
