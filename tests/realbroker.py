@@ -214,15 +214,19 @@ class RealBroker:
         return self
 
     def _wait_for_stats(self) -> None:
-        """Until the broker's runtime info answers. Its store samples its figures once a
+        """Until the broker's runtime info has figures. Its store samples them once a
         second from start, and GET_BROKER_RUNTIME_INFO (mqadmin brokerStatus) fails
         before the first sample (LinkedList.getLast of an empty list): idemp's broker
-        answers from its start, so ready here means that."""
+        answers from its start, so ready here means that. (With ACL the unsigned request
+        is refused either way: a refusal other than that one will do.)"""
         deadline = time.monotonic() + BOOT_TIMEOUT_S
         with RawClient(self.broker_addr) as c:
-            while c.request(RequestCode.GET_BROKER_RUNTIME_INFO).code != 0:
+            while "NoSuchElementException" in (
+                c.request(RequestCode.GET_BROKER_RUNTIME_INFO).remark or ""
+            ):
                 if time.monotonic() >= deadline:
-                    raise BrokerStartError("RocketMQ's runtime info never answered")
+                    self.kill()
+                    raise BrokerStartError("RocketMQ's runtime info never had figures")
                 time.sleep(0.1)  # its first sample comes a second after start
 
     def _conf_dir(self, acl_file: str | None) -> None:
