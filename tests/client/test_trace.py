@@ -193,7 +193,8 @@ def test_an_apps_listeners_are_traced_by_its_settings(
         wait_for(lambda: applied == ["t1"], 30, "t1 applied")
     finally:
         app.stop()  # flushes the traces
-    records = traces_of(broker, sent.msg_id)
+    # found once indexed by key, which RocketMQ does a moment after storing them
+    records = wait_for(lambda: _two(traces_of(broker, sent.msg_id)), 10, "two records")
     kinds = sorted((r[0], r[3] if r[0] == "SubBefore" else r[-1]) for r in records)
     assert kinds == [("SubAfter", "traced-app"), ("SubBefore", "traced-app")]
 
