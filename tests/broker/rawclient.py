@@ -287,13 +287,16 @@ class RawClient:
         assert resp.code == 0, resp
         return int(resp.ext_fields["offset"])
 
-    def indexed(self, topic: str, queue_id: int, count: int, within: float = 10.0) -> int:
-        """The queue's max offset once it reaches ``count``, or after ``within`` seconds.
-        RocketMQ puts a stored message in its consume queue a moment after it answered
-        the send (its reput thread); idemp's broker before. A pull or max offset right
-        after a send needs this on RocketMQ."""
+    def indexed(
+        self, topic: str, queue_id: int | Sequence[int], count: int, within: float = 10.0
+    ) -> int:
+        """The queue's max offset (the sum over several queues) once it reaches ``count``,
+        or after ``within`` seconds. RocketMQ puts a stored message in its consume queue a
+        moment after it answered the send (its reput thread); idemp's broker before. A
+        pull or max offset right after a send needs this on RocketMQ."""
+        queues = [queue_id] if isinstance(queue_id, int) else list(queue_id)
         deadline = time.monotonic() + within
-        while (held := self.max_offset(topic, queue_id)) < count:
+        while (held := sum(self.max_offset(topic, q) for q in queues)) < count:
             if time.monotonic() >= deadline:
                 break
             time.sleep(0.02)  # polled, bounded by ``within``

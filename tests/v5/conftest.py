@@ -174,24 +174,6 @@ def dead_letters(broker_addr: str, group: str, want: int, within: float) -> list
     return found
 
 
-def wait_dispatched(
-    admin: RawClient, topic: str, want: int, queues: int, within: float = 10.0
-) -> None:
-    """Return once ``topic``'s ``queues`` consume queues hold ``want`` messages in all.
-
-    RocketMQ answers a send once the message is in its commit log and puts it in its
-    consume queue a moment later (its reput thread): a receive right after the sends may
-    see only some of them, which on a FIFO queue then blocks the rest for an invisible
-    time. (idemp's broker indexes a message before it answers.)"""
-    deadline = time.monotonic() + within
-    while True:
-        held = sum(admin.max_offset(topic, q) for q in range(queues))
-        if held >= want or time.monotonic() >= deadline:
-            assert held == want, f"{topic}: {held} of {want} messages in the consume queues"
-            return
-        time.sleep(0.05)  # polled, bounded by ``within``
-
-
 @pytest.fixture
 def raw(broker5: Endpoint5) -> Iterator[Raw]:
     """Raw gRPC calls (requests no official client would send)."""
