@@ -53,8 +53,8 @@ def real_home() -> str | None:
 
 # the suites whose brokers IDEMP_4X_REAL replaces: the broker's own, and what a user runs
 # against RocketMQ in production (the client, runners, worker, CLI, the reconciliation's
-# offset loaders, the decorators on a runner, the examples); RocketMQ 5 tests have their own switch
-# (IDEMP_V5_REAL)
+# offset loaders, the decorators on a runner, the examples); RocketMQ 5 tests have their
+# own switch (IDEMP_V5_REAL)
 REAL_SUITES = (
     "broker",
     "client",
