@@ -13,6 +13,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from idemp.remoting import RemotingCommand, RequestCode, ResponseCode
+from idemp.remoting.codes import SCHEDULE_TOPIC
 from idemp.remoting.jsonlenient import ObjectKeyMap, dumps, mq
 
 from .brokerstats import GROUP_GET_NUMS
@@ -108,6 +109,11 @@ def runtime_info(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingCo
             ),
         }
     )
+    # ScheduleMessageService.buildRunningStats: each delay level's progress beside its
+    # queue's end (the levels delivered from, or loaded from delayOffset.json)
+    for level, done in server.scheduler.progress.items():
+        end = max(0, store.max_offset(SCHEDULE_TOPIC, level - 1))
+        info[f"scheduleMessageOffset_{level}"] = f"{done},{end}"
     return _ok(cmd, {"table": info})
 
 

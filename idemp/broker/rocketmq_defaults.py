@@ -106,6 +106,7 @@ STATIC: dict[str, str] = {
     "maxTransferCountOnMessageInDisk": "8",
     "messageIndexEnable": "true",
     "messageIndexSafe": "false",
+    "messageStorePlugIn": "",  # no plug-in: RocketMQ reports the empty string
     "msgTraceTopicName": "RMQ_SYS_TRACE_TOPIC",
     "notifyConsumerIdsChangedEnable": "true",
     "offsetCheckInSlave": "false",

@@ -34,7 +34,7 @@ public class Features {
         ns = a[0]; run = a.length > 1 ? a[1] : Long.toString(System.currentTimeMillis() % 100000);
         String only = a.length > 2 ? a[2] : "";
         DefaultMQProducer p = producer("PF");
-        String[] feats = {"async", "oneway", "tags", "sql", "delay", "props", "compress", "pull", "lite", "liteassign", "broadcast", "retry", "query", "badqueue", "reply", "trace", "tx", "dlq", "batchprops", "delaymax", "readonly", "orderlysuspend", "createtopic", "nosuch", "pull64", "fromts", "namespace", "delaynext", "dlqdirect", "bigprops", "emptybody", "subtrace", "fromlast", "litecommit", "litetime", "orderlybc", "vip", "tls"};
+        String[] feats = {"async", "oneway", "tags", "sql", "delay", "props", "compress", "pull", "lite", "liteassign", "broadcast", "retry", "query", "badqueue", "reply", "trace", "tx", "dlq", "batchprops", "delaymax", "readonly", "orderlysuspend", "createtopic", "nosuch", "pull64", "fromts", "namespace", "delaynext", "dlqdirect", "bigprops", "emptybody", "subtrace", "fromlast", "litecommit", "litetime", "orderlybc", "vip", "tls", "replyns", "requestasync", "longpoll", "suspend", "storedoffset", "pullsql", "orderly2"};
         for (String f : feats) {
             if (!only.isEmpty() && !Arrays.asList(only.split(",")).contains(f)) continue;
             try { feature(f, p); } catch (Throwable t) { out(f, "EXC " + err(t)); }
@@ -370,6 +370,110 @@ public class Features {
             Set<String> got = new ConcurrentSkipListSet<>();
             c.registerMessageListener((MessageListenerConcurrently) (ms, ctx) -> { for (MessageExt m : ms) got.add(new String(m.getBody())); return ConsumeConcurrentlyStatus.CONSUME_SUCCESS; });
             c.start(); waitFor(() -> got.size() >= 3, 20000); c.shutdown(); tp.shutdown(); out(f, sent + " " + got); break; }
+        case "replyns": {
+            // request-reply between clients of one namespace: the request's reply topic and the
+            // reply's return trip carry the namespace's prefix
+            DefaultMQProducer rq = new DefaultMQProducer("ns1", "PRN" + run); rq.setNamesrvAddr(ns); rq.setInstanceName("PRN" + run); rq.start();
+            DefaultMQProducer rp = new DefaultMQProducer("ns1", "PRNR" + run); rp.setNamesrvAddr(ns); rp.setInstanceName("PRNR" + run); rp.start();
+            rq.send(new Message(topic, "a", "warm0".getBytes()));
+            DefaultMQPushConsumer c = new DefaultMQPushConsumer("ns1", "CRN" + run); c.setNamesrvAddr(ns); c.setInstanceName("CRN" + run); c.subscribe(topic, "*"); c.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
+            List<String> asked = Collections.synchronizedList(new ArrayList<>());
+            c.registerMessageListener((MessageListenerConcurrently) (ms, ctx) -> {
+                for (MessageExt m : ms) try { if (m.getProperty("REPLY_TO_CLIENT") == null) continue; asked.add(m.getTopic() + " CLUSTER=" + m.getProperty("CLUSTER"));
+                    rp.send(MessageUtil.createReplyMessage(m, ("re:" + new String(m.getBody())).getBytes())); } catch (Throwable t) { asked.add("EXC " + err(t)); }
+                return ConsumeConcurrentlyStatus.CONSUME_SUCCESS; });
+            c.start(); Thread.sleep(2000);
+            try { Message r = rq.request(new Message(topic, "a", "ping".getBytes()), 8000);
+                out(f, new String(r.getBody()) + " topic=" + r.getTopic() + " MSG_TYPE=" + r.getProperty("MSG_TYPE") + " asked=" + asked);
+            } catch (Throwable t) { out(f, "EXC " + err(t) + " asked=" + asked); }
+            c.shutdown(); rp.shutdown(); rq.shutdown(); break; }
+        case "requestasync": {
+            DefaultMQProducer rp = producer("PF_ra");
+            p.send(new Message(topic, "a", "warm0".getBytes()));
+            DefaultMQPushConsumer c = push("CF_" + f, topic, "*");
+            c.registerMessageListener((MessageListenerConcurrently) (ms, ctx) -> {
+                for (MessageExt m : ms) try { if (m.getProperty("REPLY_TO_CLIENT") != null) rp.send(MessageUtil.createReplyMessage(m, ("re:" + new String(m.getBody())).getBytes())); } catch (Throwable t) { }
+                return ConsumeConcurrentlyStatus.CONSUME_SUCCESS; });
+            c.start(); Thread.sleep(2000);
+            CountDownLatch l = new CountDownLatch(3); List<String> got = Collections.synchronizedList(new ArrayList<>());
+            for (int i = 0; i < 3; i++) p.request(new Message(topic, "a", ("q" + i).getBytes()), new RequestCallback() {
+                public void onSuccess(Message m) { got.add(new String(m.getBody())); l.countDown(); }
+                public void onException(Throwable e) { got.add("EXC " + err(e)); l.countDown(); } }, 8000);
+            l.await(10, TimeUnit.SECONDS); c.shutdown(); rp.shutdown();
+            List<String> g = new ArrayList<>(got); Collections.sort(g); out(f, g); break; }
+        case "longpoll": {
+            // a pull at the queue's end is held by the broker until a message arrives
+            p.send(new Message(topic, "a", "w".getBytes()), new MessageQueue(topic, r0(p, topic), 0));
+            DefaultMQPullConsumer c = new DefaultMQPullConsumer("CF_lp" + run); c.setNamesrvAddr(ns); c.setInstanceName("CF_lp" + run); c.start();
+            MessageQueue q0 = new MessageQueue(topic, "broker-a", 0);
+            long max = c.maxOffset(q0); long t0 = System.currentTimeMillis();
+            new Thread(() -> { try { Thread.sleep(1500); p.send(new Message(topic, "a", "late".getBytes()), q0); } catch (Throwable t) { } }).start();
+            PullResult r = c.pullBlockIfNotFound(q0, "*", max, 32); long dt = System.currentTimeMillis() - t0;
+            c.shutdown();
+            out(f, r.getPullStatus() + " body=" + (r.getMsgFoundList() == null ? "-" : new String(r.getMsgFoundList().get(0).getBody())) + " held>=1.4s:" + (dt >= 1400) + " <6s:" + (dt < 6000)); break; }
+        case "suspend": {
+            // suspend() stops the client's pulls (the one the broker holds still answers), resume()
+            // goes on from where they stopped
+            DefaultMQPushConsumer c = push("CF_" + f, topic, "*"); List<String> got = Collections.synchronizedList(new ArrayList<>());
+            c.registerMessageListener((MessageListenerConcurrently) (ms, ctx) -> { for (MessageExt m : ms) got.add(new String(m.getBody())); return ConsumeConcurrentlyStatus.CONSUME_SUCCESS; });
+            p.send(new Message(topic, "a", "s0".getBytes()), new MessageQueue(topic, r0(p, topic), 0));
+            c.start(); waitFor(() -> got.contains("s0"), 20000);
+            c.suspend(); Thread.sleep(500);
+            for (MessageQueue q : p.fetchPublishMessageQueues(topic)) p.send(new Message(topic, "a", ("h" + q.getQueueId()).getBytes()), q);
+            Thread.sleep(1500); int held = got.size(); // the pulls the broker held when suspend() came
+            for (int i = 1; i < 3; i++) p.send(new Message(topic, "a", ("s" + i).getBytes()));
+            Thread.sleep(3000); int whileSuspended = got.size() - held;
+            c.resume(); waitFor(() -> got.size() >= 8, 20000); Thread.sleep(500); c.shutdown();
+            List<String> g = new ArrayList<>(got); Collections.sort(g); out(f, "whileSuspended=" + whileSuspended + " all=" + g); break; }
+        case "storedoffset": {
+            // a group's offset as the broker stores it: none yet, then the one the client persisted
+            p.send(new Message(topic, "a", "w".getBytes()), new MessageQueue(topic, r0(p, topic), 0));
+            DefaultMQPullConsumer c = new DefaultMQPullConsumer("CF_so" + run); c.setNamesrvAddr(ns); c.setInstanceName("CF_so" + run); c.start();
+            MessageQueue q0 = new MessageQueue(topic, "broker-a", 0);
+            long none = c.fetchConsumeOffset(q0, true);
+            c.updateConsumeOffset(q0, 1); c.getOffsetStore().persist(q0); Thread.sleep(500);
+            long stored = c.fetchConsumeOffset(q0, true);
+            c.shutdown(); out(f, "none=" + none + " stored=" + stored); break; }
+        case "pullsql": {
+            // a pull consumer's SQL92 selector, sent in the pull request itself, is applied by the
+            // broker (the client asks only brokers its heartbeat told it are new enough)
+            for (int i = 0; i < 6; i++) { Message m = new Message(topic, "a", ("x" + i).getBytes()); m.putUserProperty("n", Integer.toString(i)); p.send(m, new MessageQueue(topic, r0(p, topic), 0)); }
+            DefaultMQPullConsumer c = new DefaultMQPullConsumer("CF_ps" + run); c.setNamesrvAddr(ns); c.setInstanceName("CF_ps" + run);
+            c.setRegisterTopics(Collections.singleton(topic)); c.start();
+            org.apache.rocketmq.client.impl.factory.MQClientInstance cf = org.apache.rocketmq.client.impl.MQClientManager.getInstance().getOrCreateMQClientInstance(c);
+            waitFor(() -> { cf.updateTopicRouteInfoFromNameServer(topic); cf.sendHeartbeatToAllBrokerWithLock(); String a = cf.findBrokerAddressInPublish("broker-a"); return a != null && cf.findBrokerVersion("broker-a", a) > 0; }, 10000);
+            MessageQueue q0 = new MessageQueue(topic, "broker-a", 0); String res = "";
+            try { PullResult r = c.pull(q0, MessageSelector.bySql("n >= 3"), 0, 32); List<String> got = new ArrayList<>();
+                if (r.getMsgFoundList() != null) for (MessageExt m : r.getMsgFoundList()) got.add(new String(m.getBody()));
+                res = r.getPullStatus() + " " + got + " next=" + r.getNextBeginOffset();
+                PullResult bad = c.pull(q0, MessageSelector.bySql("n >>> 3"), 0, 32); res += " bad=" + bad.getPullStatus() + " n=" + (bad.getMsgFoundList() == null ? 0 : bad.getMsgFoundList().size()); } catch (Throwable t) { res += " EXC " + err(t); }
+            c.shutdown(); out(f, res); break; }
+        case "orderly2": {
+            // a second orderly consumer joins the group: the first gives up half of the queues,
+            // the second locks them (LOCK_BATCH_MQ) and goes on from the stored offsets, in order
+            for (int q = 0; q < 4; q++) for (int i = 0; i < 5; i++) { final int qq = q; p.send(new Message(topic, "a", (q + ":" + i).getBytes()), (mqs, m, arg) -> mqs.get(qq), null); }
+            Map<String, List<String>> byQueue = new ConcurrentHashMap<>(); List<String> round2 = Collections.synchronizedList(new ArrayList<>()); AtomicInteger n = new AtomicInteger();
+            List<DefaultMQPushConsumer> cs = new ArrayList<>();
+            for (int k = 0; k < 2; k++) { final String who = "c" + k;
+                DefaultMQPushConsumer c = push("CF_" + f, topic, "*"); c.setInstanceName("o2" + k + run);
+                c.registerMessageListener((MessageListenerOrderly) (ms, ctx) -> { for (MessageExt m : ms) { String b = new String(m.getBody()); String q = b.split(":")[0];
+                    byQueue.computeIfAbsent(q, x -> Collections.synchronizedList(new ArrayList<>())).add(b); if (Integer.parseInt(b.split(":")[1]) >= 5) round2.add(q + "@" + who); n.incrementAndGet(); } return ConsumeOrderlyStatus.SUCCESS; });
+                cs.add(c); }
+            cs.get(0).start(); waitFor(() -> n.get() >= 20, 30000); int first = n.get();
+            cs.get(1).start();
+            java.util.function.Function<DefaultMQPushConsumer, Integer> locked = c -> { int l = 0;
+                for (Map.Entry<MessageQueue, org.apache.rocketmq.client.impl.consumer.ProcessQueue> e : c.getDefaultMQPushConsumerImpl().getRebalanceImpl().getProcessQueueTable().entrySet())
+                    if (e.getKey().getTopic().equals(topic) && e.getValue().isLocked() && !e.getValue().isDropped()) l++; return l; };
+            waitFor(() -> locked.apply(cs.get(0)) == 2 && locked.apply(cs.get(1)) == 2, 60000);
+            String split = locked.apply(cs.get(0)) + "+" + locked.apply(cs.get(1));
+            for (int q = 0; q < 4; q++) for (int i = 5; i < 10; i++) { final int qq = q; p.send(new Message(topic, "a", (q + ":" + i).getBytes()), (mqs, m, arg) -> mqs.get(qq), null); }
+            waitFor(() -> n.get() >= 40, 30000); Thread.sleep(1000); for (DefaultMQPushConsumer c : cs) c.shutdown();
+            boolean inOrder = true; for (Map.Entry<String, List<String>> e : byQueue.entrySet()) { List<String> l = e.getValue();
+                for (int i = 0; i < l.size(); i++) if (!l.get(i).equals(e.getKey() + ":" + i)) inOrder = false; }
+            Map<String, Set<String>> owners = new TreeMap<>(); for (String x : round2) owners.computeIfAbsent(x.split("@")[0], y -> new TreeSet<>()).add(x.split("@")[1]);
+            Map<String, Integer> perConsumer = new TreeMap<>(); boolean oneOwner = true;
+            for (Set<String> o : owners.values()) { if (o.size() != 1) oneOwner = false; for (String w : o) perConsumer.merge(w, 1, Integer::sum); }
+            out(f, "first=" + first + " locked=" + split + " total=" + n.get() + " inOrder=" + inOrder + " round2OneOwnerEach=" + oneOwner + " round2QueuesPerConsumer=" + perConsumer.values()); break; }
         case "tx": {
             TransactionMQProducer tp = new TransactionMQProducer("PF_tx" + run); tp.setNamesrvAddr(ns); tp.setInstanceName("PF_tx" + run);
             List<String> checks = Collections.synchronizedList(new ArrayList<>());

@@ -75,6 +75,26 @@ def test_runtime_info_reports_what_the_store_did(broker: BrokerProcess) -> None:
     assert info["runtime"].startswith("[ 0 days, 0 hours, ")
 
 
+def test_runtime_info_reports_each_delay_levels_progress(broker: BrokerProcess) -> None:
+    """mqadmin brokerStatus's scheduleMessageOffset_<level>: how far the level's queue has
+    been delivered, beside its end (side by side with RocketMQ 4.9.7, 2026-11-28)."""
+    with RawClient(broker.broker_addr) as c:
+        assert c.create_topic("AdminDelayed", 1).code == 0
+        before = _body(c.request(RequestCode.GET_BROKER_RUNTIME_INFO))["table"]
+        assert c.send_message("AdminDelayed", b"d", {"DELAY": "1"}).code == 0  # 1 s
+        assert c.indexed("AdminDelayed", 0, 1) == 1  # delivered to its topic
+        deadline = time.monotonic() + 5
+        while True:  # RocketMQ notes the level's progress once the delivery is stored
+            info = _body(c.request(RequestCode.GET_BROKER_RUNTIME_INFO))["table"]
+            if "scheduleMessageOffset_1" in info or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+    assert not any(k.startswith("scheduleMessageOffset_") for k in before)
+    assert {k: v for k, v in info.items() if k.startswith("scheduleMessageOffset_")} == {
+        "scheduleMessageOffset_1": "1,1"
+    }
+
+
 def test_topic_and_consume_stats(broker: BrokerProcess) -> None:
     with RawClient(broker.broker_addr) as c:
         stats = _queues(
@@ -238,6 +258,7 @@ def test_broker_config_get_and_update(broker: BrokerProcess) -> None:
     )
     assert lines["storePathCommitLog"] == str(Path(lines["storePathRootDir"]) / "commitlog")
     assert lines["haListenPort"] == str(int(lines["listenPort"]) + 1)
+    assert lines["messageStorePlugIn"] == ""  # an empty value is reported, a null one not
     assert len(lines) >= 170  # RocketMQ 4.9.7 reports 176
     assert update.code == ResponseCode.SUCCESS  # a value that does not parse is ignored
     after_lines = dict(line.split("=", 1) for line in after.body.decode().splitlines())
