@@ -16,6 +16,7 @@ from idemp.client import (
     ConsumerSettings,
     OutMessage,
     Producer,
+    ProducerSettings,
     ReplyTimeout,
     create_reply,
 )
@@ -58,6 +59,40 @@ def test_a_request_gets_the_reply_its_consumer_sends(
         requester.shutdown()
         runner.shutdown()
         responder.shutdown()
+
+
+def test_a_request_and_its_reply_within_a_namespace(
+    make_broker: Callable[..., BrokerProcess],
+) -> None:
+    """Both sides in namespace ns1: the request goes to ``ns1%ReqNsT``, the reply to
+    ``ns1%DefaultCluster_REPLY_TOPIC``, and the reply keeps that name, as the Java
+    client's does (interop's ``replyns``, the same on RocketMQ 4.9.7, 2026-11-28)."""
+    broker = make_broker()
+    client = ClientSettings(namesrv_addr=broker.namesrv_addr, namespace="ns1")
+    responder = Producer(settings=ProducerSettings(group="reply-p"), client=client).start()
+    asked: list[str] = []
+
+    def answer(message: Message) -> None:
+        asked.append(message.topic)
+        responder.send(create_reply(message, b"re:" + message.body))
+
+    runner = ConcurrentRunner(
+        answer,
+        settings=ConsumerSettings(group="reply-g", consume_from=ConsumeFrom.FIRST_OFFSET),
+        client=client,
+    )
+    runner.subscribe("ReqNsT")
+    runner.start()
+    requester = Producer(settings=ProducerSettings(group="request-p"), client=client).start()
+    try:
+        reply = requester.request(OutMessage("ReqNsT", b"ping"), 30)
+    finally:
+        requester.shutdown()
+        runner.shutdown()
+        responder.shutdown()
+    assert (reply.body, reply.topic) == (b"re:ping", "ns1%DefaultCluster_REPLY_TOPIC")
+    assert reply.property("MSG_TYPE") == "reply"
+    assert asked == ["ReqNsT"]
 
 
 def test_a_request_nobody_answers_times_out(make_broker: Callable[..., BrokerProcess]) -> None:
