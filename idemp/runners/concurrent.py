@@ -120,9 +120,24 @@ class ConcurrentRunner(RunnerBase):
                 else:
                     retry_here.append(e)
         elif failed:
-            log.warning("broadcasting: %d failed messages are dropped", len(failed))
+            # Broadcasting: RocketMQ's client drops a failed message (the group's retry
+            # topic would reach every instance). Here it is tried again in this instance,
+            # as the orderly runner does, and past max reconsume times (or a DeadLetter)
+            # goes to %DLQ%<group>, where `idemp dlq list` shows it; the offset waits.
+            limit = self.settings.effective_max_reconsume(False)
+            for e, r in failed:
+                if r is ConsumeResult.DEAD_LETTER or e.reconsume_times >= limit:
+                    if await self.consumer.send_back(e, mq, delay_level=-1):
+                        self.dlq_count += 1
+                        log.warning(
+                            "%s: %s went to the DLQ after %d attempts (broadcasting)",
+                            mq,
+                            e.msg_id,
+                            e.reconsume_times + 1,
+                        )
+                        continue
+                retry_here.append(e)
         done = [e for e in exts if e not in retry_here] if retry_here else exts
-        # (broadcasting has no DLQ: RocketMQ drops failed messages there too, and says so)
         offset = pq.remove(done)
         if not pq.dropped:
             self.consumer.commit_offset(mq, offset)

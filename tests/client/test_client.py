@@ -28,6 +28,7 @@ from idemp.client import (
 )
 from idemp.message import ConsumeResult, Message
 from idemp.runners import ConcurrentRunner
+from idemp.tools.dlq import dead_letters
 from tests.client.conftest import FAST_DELAYS, wait_for
 
 FAST = dict(rebalance_interval=1.0, persist_offset_interval=0.5)
@@ -335,6 +336,50 @@ def test_broadcasting_offsets_in_local_file(
 
         table = json.loads(files[0].read_text())["offsetTable"]
         assert sum(e["offset"] for e in table if e["topic"] == "TBC") == 4
+
+
+def test_broadcasting_failures_are_retried_here_then_dead_lettered(
+    broker: BrokerProcess, producer: Producer, tmp_path: Path
+) -> None:
+    """RocketMQ's broadcasting client drops a message its listener failed; idemp's tries
+    it again in the same instance and, past max reconsume times, sends it to the group's
+    DLQ (as the orderly runner does), holding the offset until then."""
+    q0 = producer.publish_queues("TBCF")[0]
+    for body in (b"flaky", b"poison", b"fine"):
+        producer.send(OutMessage("TBCF", body), queue=q0)
+    sink = Sink(
+        fail=lambda m: m.body == b"poison" or (m.body == b"flaky" and m.reconsume_times < 2)
+    )
+    r = runner(
+        broker,
+        "g-bcf",
+        "TBCF",
+        sink,
+        message_model=MessageModel.BROADCASTING,
+        offset_store_dir=str(tmp_path / "offsets"),
+        max_reconsume_times=2,
+        send_back_retry_delay=0.1,
+    )
+    r.start()
+    try:
+        wait_for(lambda: r.dlq_count == 1, 20, "the poison message in the DLQ")
+        offsets = r.consumer.offsets
+        assert offsets is not None
+        wait_for(lambda: offsets.read_memory(q0) == 3, 10, "the offset past all three")
+    finally:
+        r.shutdown()
+    tries = sorted((m.body, m.reconsume_times) for _, m in sink.got)
+    assert tries == [
+        (b"fine", 0),
+        (b"flaky", 0),
+        (b"flaky", 1),
+        (b"flaky", 2),
+        (b"poison", 0),
+        (b"poison", 1),
+        (b"poison", 2),
+    ]
+    [(_, dead)] = dead_letters(broker.namesrv_addr, "g-bcf")
+    assert (dead.body, dead.properties.get("RETRY_TOPIC")) == (b"poison", "TBCF")
 
 
 def test_async_listener(broker: BrokerProcess, producer: Producer) -> None:
