@@ -28,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from idemp.client import ClientSettings, ConsumeFrom, ConsumerSettings
+from idemp.client import ClientSettings, ConsumeFrom, ConsumerSettings, MessageModel
 from idemp.config import IdempSettings
 from idemp.keys import KeySpec
 from idemp.pipeline import AsyncIdempotentListener, IdempotentListener, idempotent
@@ -65,6 +65,7 @@ class ListenerSpec:
     sql: str | None = None  # an SQL92 selector over properties, instead of tags
     retry_delay_level: int = 0  # send-backs' delay level (0: the broker's schedule)
     max_reconsume_times: int = 16  # then the DLQ (-1: Java's, 16 or forever when orderly)
+    broadcast: bool = False  # every instance gets every message (RocketMQ's BROADCASTING)
 
     def lag(self) -> int:
         """Messages stored in the broker and not yet consumed by this instance's queues
@@ -143,6 +144,7 @@ class App:
         sql: str | None = None,
         retry_delay_level: int = 0,
         max_reconsume_times: int = 16,
+        broadcast: bool = False,
     ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
         """Declare a listener: ``topic``, ``tags`` (a tag expression), consumer ``group``,
         ``orderly`` (per-queue order, the broker's queue locks) or concurrent, ``key`` and
@@ -159,7 +161,10 @@ class App:
         back unacked (0: RocketMQ's schedule, 10 s, 30 s, 1 min…; a listener's
         ``ReconsumeLater`` chooses per message); ``max_reconsume_times`` how many
         redeliveries a message gets before it goes to the group's ``%DLQ%`` (16; -1 is
-        Java's default: 16, or forever for an orderly listener)."""
+        Java's default: 16, or forever for an orderly listener). ``broadcast=True``
+        delivers every message to every instance of the service (RocketMQ's
+        broadcasting): each keeps its offsets and its dedup records under its own name
+        (``IDEMP_INSTANCE``), so each applies a message once."""
         check_group(f"listener on {topic}", group)
         if sql is not None and (not sql.strip() or tags != "*"):
             raise ValueError(
@@ -178,6 +183,11 @@ class App:
             raise ValueError(
                 f"listener on {topic}: max_reconsume_times={max_reconsume_times!r}: "
                 "0 or more, or -1 (Java's default)"
+            )
+        if protocol == "grpc" and broadcast:
+            raise ValueError(
+                f"listener on {topic}: protocol='grpc': RocketMQ 5's gRPC clients have no "
+                "broadcasting; use protocol='remoting' for broadcast=True"
             )
         if protocol == "grpc" and (orderly or batch_size != 1):
             raise ValueError(
@@ -207,6 +217,7 @@ class App:
                     sql=sql,
                     retry_delay_level=retry_delay_level,
                     max_reconsume_times=max_reconsume_times,
+                    broadcast=broadcast,
                 )
             )
             return fn
@@ -233,14 +244,23 @@ class App:
     def _prepare(self, spec: ListenerSpec) -> None:
         """Resolve the strategy, check the store answers, build the runner: everything
         that can be wrong in the configuration fails here, before anything consumes."""
+        instance = self._instance_name(spec) if spec.broadcast else ""
         if isinstance(spec.fn, _DECORATED):
+            if spec.broadcast:
+                raise ValueError(
+                    f"listener {spec.name}: broadcast=True: give the App the plain function; "
+                    "it keeps each instance's dedup records apart (a decorated one shares "
+                    "them, and only one instance would apply each message)"
+                )
             listener = spec.fn
         else:
             strategy = self._strategy(spec)
             _check_store(spec.name, strategy)
-            listener = idempotent(
-                key=spec.key, strategy=strategy, group=spec.group, name=spec.name
-            )(spec.fn)
+            # broadcasting: this instance's own records (namespace <group>@<instance>/<topic>)
+            group = f"{spec.group}@{instance}" if spec.broadcast else spec.group
+            listener = idempotent(key=spec.key, strategy=strategy, group=group, name=spec.name)(
+                spec.fn
+            )
         spec.listener = _timed(listener, spec)
         if spec.protocol == "grpc":
             # the adapters live outside this package's folder (mypy and the import graph
@@ -263,6 +283,8 @@ class App:
         consumer.consume_batch_size = spec.batch_size
         consumer.retry_delay_level = spec.retry_delay_level
         consumer.max_reconsume_times = spec.max_reconsume_times
+        if spec.broadcast:
+            consumer.message_model = MessageModel.BROADCASTING
         client = self._client_settings()
         runner_cls = OrderlyRunner if spec.orderly else ConcurrentRunner
         spec.runner = runner_cls(spec.listener, settings=consumer, client=client)
@@ -286,7 +308,26 @@ class App:
             security_token=s.security_token,
             use_tls=s.use_tls,
             tls_ca_file=s.tls_ca_file,
+            instance_name=s.instance or "DEFAULT",
         )
+
+    def _instance_name(self, spec: ListenerSpec) -> str:
+        """A broadcasting listener's offsets (``<ip>@<instance>/<group>/offsets.json``) and
+        dedup records are this instance's: its name must be given, as a default shared by
+        two instances would let only one of them apply each message."""
+        if self._client is not None:
+            name = self._client.instance_name
+            how = "ClientSettings(instance_name=...)"
+        else:
+            name = self.settings.instance
+            how = "IDEMP_INSTANCE (IdempSettings(instance=...))"
+        if not name or name == "DEFAULT":
+            raise ValueError(
+                f"listener {spec.name}: broadcast=True: every instance applies every message "
+                f"and keeps its offsets and dedup records under its own name; set {how} to a "
+                "name each instance keeps across restarts and no other instance uses"
+            )
+        return name
 
     def _grpc_endpoint(self) -> str:
         addr = self._endpoint or self.settings.endpoint
@@ -329,9 +370,8 @@ class App:
                         spec.group,
                         "grpc"
                         if spec.protocol == "grpc"
-                        else "orderly"
-                        if spec.orderly
-                        else "concurrent",
+                        else ("orderly" if spec.orderly else "concurrent")
+                        + (" broadcasting" if spec.broadcast else ""),
                     )
             except BaseException:
                 self._stop_runners(30.0)

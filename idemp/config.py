@@ -65,7 +65,8 @@ class IdempSettings(BaseSettings):
     holds before another consumer may take it over), ``retention_s`` (7 days),
     ``transactional``, ``table``, ``key_prefix``, ``lock_timeout_s``, ``namesrv``,
     ``endpoint``, ``namespace``, the ACL account (``access_key``, ``secret_key``), ``use_tls``,
-    ``tls_ca_file``, ``trace`` (message traces); ``listeners``
+    ``tls_ca_file``, ``trace`` (message traces), ``instance`` (this instance's name, for
+    broadcasting listeners); ``listeners``
     overrides any of them per listener name (``IDEMP_LISTENERS__orders__BACKEND=...``).
     ``strategy_for(name)`` builds the strategy a listener should use.
     """
@@ -95,6 +96,9 @@ class IdempSettings(BaseSettings):
     use_tls: bool = False
     tls_ca_file: str = ""
     trace: bool = False
+    # this instance's name, stable across its restarts and its own: a broadcasting
+    # listener keeps its offsets and dedup records under it
+    instance: str = ""
 
     toml_path: ClassVar[Path | None] = None  # set by from_toml on a throw-away subclass
 

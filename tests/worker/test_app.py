@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from idemp import App, Message, Outcome
+from idemp import App, Message, Outcome, idempotent
 from idemp.broker.process import BrokerProcess
 from idemp.client import ConsumeFrom, OutMessage, Producer
 from idemp.config import IdempSettings
@@ -170,3 +170,86 @@ def test_a_listeners_consumer_settings_reach_its_runner_and_bad_ones_fail_early(
     bad.listener("Fares", group="g2", strategy=backend, retry_delay_level=-2)(fares)
     with pytest.raises(ValueError, match="retry_delay_level=-2"):
         bad.build()
+
+
+def _recorder(seen: list[str]) -> Callable[[Message], None]:
+    def on_price(message: Message) -> None:
+        seen.append(message.keys[0])  # list.append is atomic: no lock for the threads
+
+    return on_price
+
+
+def test_a_broadcasting_listener_applies_each_message_once_in_every_instance(
+    make_broker: Callable[..., BrokerProcess], tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two instances of one service (two Apps here, named by IDEMP_INSTANCE) share a dedup
+    store: with broadcast=True each applies every message once, a duplicate send included;
+    their records and offsets are their own."""
+    broker = make_broker()
+    monkeypatch.setenv("HOME", str(tmp_path))  # the local offsets: ~/.rocketmq_offsets
+    backend = f"sqlite:///{tmp_path / 'dedup.db'}"
+    applied: dict[str, list[str]] = {"a": [], "b": []}
+    apps = []
+    for name in applied:
+        app = App(
+            "cache-svc",
+            namesrv_addr=broker.namesrv_addr,
+            settings=IdempSettings(backend=backend, instance=name),
+        )
+        app.listener(
+            "Prices", group="cache", consume_from=ConsumeFrom.FIRST_OFFSET, broadcast=True
+        )(_recorder(applied[name]))
+        apps.append(app)
+    producer = Producer(broker.namesrv_addr, "p").start()
+    for key in ("p1", "p2", "p1", "p3"):  # p1 twice: a producer's retry, a new msgId
+        producer.send(OutMessage("Prices", b"{}", keys=[key]))
+    producer.shutdown()
+    for app in apps:
+        app.start()
+    try:
+        for name in applied:
+            wait_for(lambda n=name: len(applied[n]) >= 3, 30, f"instance {name}: three keys")
+        for app in apps:  # every copy handed over (the duplicate absorbed, not applied)
+            spec = app.listeners[0]
+            wait_for(lambda s=spec: s.lag() == 0 and s.in_flight() == 0, 30, "all consumed")
+    finally:
+        for app in apps:
+            app.stop()
+    assert {k: sorted(v) for k, v in applied.items()} == {
+        "a": ["p1", "p2", "p3"],
+        "b": ["p1", "p2", "p3"],
+    }
+    offsets = sorted(
+        p.parent.parent.name.split("@")[1]
+        for p in tmp_path.glob(".rocketmq_offsets/*/cache/offsets.json")
+    )
+    assert offsets == ["a", "b"]
+    store = UniqueKeyTable(backend)
+    try:
+        assert store.get("cache@a/Prices", "p1").status == "CONSUMED"  # type: ignore[union-attr]
+        assert store.get("cache@b/Prices", "p1").status == "CONSUMED"  # type: ignore[union-attr]
+        assert store.get("cache/Prices", "p1") is None
+    finally:
+        store.close()
+
+
+def test_a_broadcasting_listener_needs_its_instance_named(tmp_path: Any) -> None:
+    backend = f"sqlite:///{tmp_path / 'dedup.db'}"
+    app = App("svc", namesrv_addr="127.0.0.1:1", settings=IdempSettings(backend=backend))
+
+    @app.listener("Prices", group="cache", broadcast=True)
+    def on_price(message: Message) -> None:
+        pass
+
+    with pytest.raises(ValueError, match=r"broadcast=True: .* set IDEMP_INSTANCE"):
+        app.build()
+    with pytest.raises(ValueError, match="RocketMQ 5's gRPC clients have no broadcasting"):
+        app.listener("Prices", group="c5", protocol="grpc", broadcast=True)
+    named = App(
+        "svc", namesrv_addr="127.0.0.1:1", settings=IdempSettings(backend=backend, instance="a")
+    )
+    named.listener("Prices", group="cache", broadcast=True)(
+        idempotent(key="keys", strategy=backend, group="cache")(on_price)
+    )
+    with pytest.raises(ValueError, match="give the App the plain function"):
+        named.build()
