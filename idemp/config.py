@@ -12,6 +12,7 @@ masked.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
@@ -101,6 +102,14 @@ class IdempSettings(BaseSettings):
     instance: str = ""
 
     toml_path: ClassVar[Path | None] = None  # set by from_toml on a throw-away subclass
+
+    @field_validator("instance")
+    @classmethod
+    def _instance_name(cls, value: str) -> str:
+        # it names a directory of offsets and a dedup namespace: no separators in it
+        if value and not re.fullmatch(r"[A-Za-z0-9._-]+", value):
+            raise ValueError(f"instance {value!r}: letters, digits, '.', '_' and '-' only")
+        return value
 
     @field_validator("table")
     @classmethod

@@ -261,3 +261,5 @@ def test_a_broadcasting_listener_needs_its_instance_named(tmp_path: Any) -> None
     )
     with pytest.raises(ValueError, match="give the App the plain function"):
         named.build()
+    with pytest.raises(ValueError, match="instance 'a/b': letters, digits"):
+        IdempSettings(instance="a/b")
