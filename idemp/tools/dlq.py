@@ -55,6 +55,16 @@ _NOT_RESENT = frozenset(
 REPLAY_PRODUCER_GROUP = "idemp-dlq-replay"
 
 
+def broadcasting(namesrv_addr: str, group: str) -> bool:
+    """Whether ``group``'s online consumers consume by broadcasting: they do not read
+    ``%RETRY%<group>``, so a replay there would reach none of them (offline: unknown)."""
+    with HistoryPuller(namesrv_addr) as puller:
+        for mq in puller.queues(DLQ_GROUP_TOPIC_PREFIX + group) or []:
+            if puller.consumer_model(mq, group) == "BROADCASTING":
+                return True
+    return False
+
+
 def dead_letters(namesrv_addr: str, group: str) -> list[tuple[int, MessageExt]]:
     """Every message in ``%DLQ%<group>``, with its queue offset, oldest first; none when
     the group never dead-lettered one (RocketMQ creates the topic at the first)."""
@@ -190,6 +200,14 @@ def run(args: argparse.Namespace) -> int:
     if not chosen:
         print(f"no dead letters of {args.group} to replay")
         return 0
+    if args.to is None and broadcasting(args.namesrv, args.group):
+        print(
+            f"idemp dlq: {args.group} consumes by broadcasting: its consumers do not read "
+            f"%RETRY%{args.group}; replay with --to <topic> (every group reading that topic "
+            "gets the message again; decorated listeners skip what they applied); nothing sent",
+            file=sys.stderr,
+        )
+        return 2
     for msg, result in replay(args.namesrv, args.group, chosen, args.to):
         print(
             f"replayed {msg.uniq_key or msg.offset_msg_id} ({retry_route(msg, args.group)[1]}) "

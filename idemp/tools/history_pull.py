@@ -26,6 +26,7 @@ from idemp.client.transport import ResponseError
 from idemp.history import row_of, write_rows
 from idemp.remoting import MessageExt, PullSysFlag, RequestCode, ResponseCode, decode_messages
 from idemp.remoting.codes import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX
+from idemp.remoting.jsonlenient import loads_fastjson
 
 DEFAULT_PULL_GROUP = "idemp_history_pull"  # also in tools/history.py
 PULL_BATCH = 32
@@ -105,6 +106,15 @@ class HistoryPuller:
             for qd in route.queue_datas
             for i in range(int(qd.get("readQueueNums", 0)))
         )
+
+    def consumer_model(self, mq: MessageQueue, group: str) -> str | None:
+        """The message model (CLUSTERING, BROADCASTING) ``group``'s online consumers
+        registered at ``mq``'s broker; None when none is online there."""
+        resp = self._request(mq, RequestCode.GET_CONSUMER_CONNECTION_LIST, {"consumerGroup": group})
+        if resp.code != ResponseCode.SUCCESS or not resp.body:
+            return None
+        model = loads_fastjson(resp.body).get("messageModel")
+        return str(model) if model else None
 
     def queue_offset(self, mq: MessageQueue, code: int, timestamp: int | None = None) -> int:
         ext = {"topic": mq.topic, "queueId": str(mq.queue_id)}

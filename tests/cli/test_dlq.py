@@ -4,12 +4,21 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
+from pathlib import Path
 
 from idemp.broker.process import BrokerProcess
-from idemp.client import ClientSettings, ConsumeFrom, ConsumerSettings, OutMessage, Producer
+from idemp.client import (
+    ClientSettings,
+    ConsumeFrom,
+    ConsumerSettings,
+    MessageModel,
+    OutMessage,
+    Producer,
+)
 from idemp.message import ConsumeResult, Message
 from idemp.runners import ConcurrentRunner
 from idemp.tools.dlq import dead_letters, retry_route
@@ -179,3 +188,43 @@ def test_a_namespaced_groups_dead_letters(broker: BrokerProcess) -> None:  # noq
         ("Bills", sent.msg_id, 0),
         ("Bills", sent.msg_id, 0),
     ]
+
+
+def test_a_broadcasting_groups_dead_letter_is_replayed_to_its_topic(
+    broker: BrokerProcess,  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """A broadcasting group does not read %RETRY%<group>: replaying there is refused while
+    its consumers are online, and ``--to`` sends the dead letter to its topic again."""
+    ns = broker.namesrv_addr
+    listener = Listener()
+    runner = ConcurrentRunner(
+        listener,
+        settings=ConsumerSettings(
+            group="prices",
+            consume_from=ConsumeFrom.FIRST_OFFSET,
+            message_model=MessageModel.BROADCASTING,
+            offset_store_dir=str(tmp_path / "offsets"),
+        ),
+        client=ClientSettings(namesrv_addr=ns, rebalance_interval=1.0),
+    )
+    runner.subscribe("Quotes")
+    with Producer(ns, "quotes") as producer:
+        producer.send(OutMessage("Quotes", b"bad 1", keys=["q1"]))
+    runner.start()
+    try:
+        wait_for(lambda: len(dead_letters(ns, "prices")) == 1, 30, "the dead letter", 0.2)
+        listener.broken = False
+        refused = _dlq("replay", "--namesrv", ns, "--group", "prices", "--all")
+        assert (refused.returncode, refused.stdout) == (2, "")
+        assert refused.stderr.startswith(
+            "idemp dlq: prices consumes by broadcasting: its consumers do not read "
+            "%RETRY%prices; replay with --to <topic>"
+        )
+        sent = _dlq("replay", "--namesrv", ns, "--group", "prices", "--all", "--to", "Quotes")
+        assert sent.returncode == 0, sent.stderr
+        # to any queue of the topic: offset 1 behind the dead one's original, else 0
+        assert re.fullmatch(r"replayed \S+ \(Quotes\) to Quotes at offset [01]\n", sent.stdout)
+        wait_for(lambda: listener.bodies() == [b"bad 1", b"bad 1"], 30, "the replayed quote")
+    finally:
+        runner.shutdown()
