@@ -36,7 +36,7 @@ class ConcurrentRunner(RunnerBase):
     listeners, commits offsets). Messages of a queue are handled in parallel by
     ``ConsumerSettings.consume_thread_count`` threads; a listener's failure sends the
     message back (``%RETRY%`` topic, then the group's ``%DLQ%`` after
-    ``max_reconsume_times``).
+    ``max_reconsume_times``); broadcasting, it is tried again in this instance instead.
     """
 
     orderly = False
