@@ -83,6 +83,7 @@ class RunnerBase:
     """Builds the PushConsumer and owns the listener's thread pool."""
 
     orderly = False
+    log = log  # each runner's own logger
 
     def __init__(
         self,
@@ -148,6 +149,16 @@ class RunnerBase:
 
     async def service_shutdown(self) -> None:
         raise NotImplementedError
+
+    async def give_up(self, msg: MessageExt, mq: MessageQueue, note: str = "") -> bool:
+        """Send ``msg`` to the group's %DLQ% (delay level -1), past its last attempt;
+        counted and logged. False when the broker did not take it (tried again later)."""
+        if not await self.consumer.send_back(msg, mq, delay_level=-1):
+            return False
+        self.dlq_count += 1
+        tries = msg.reconsume_times + 1
+        self.log.warning("%s: %s went to the DLQ after %d attempts%s", mq, msg.msg_id, tries, note)
+        return True
 
     async def call_listener(
         self, exts: list[MessageExt], mq: MessageQueue, stop_on_failure: bool

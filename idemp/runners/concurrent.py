@@ -40,6 +40,7 @@ class ConcurrentRunner(RunnerBase):
     """
 
     orderly = False
+    log = log  # idemp.runners.concurrent
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -126,17 +127,9 @@ class ConcurrentRunner(RunnerBase):
             # goes to %DLQ%<group>, where `idemp dlq list` shows it; the offset waits.
             limit = self.settings.effective_max_reconsume(False)
             for e, r in failed:
-                if r is ConsumeResult.DEAD_LETTER or e.reconsume_times >= limit:
-                    if await self.consumer.send_back(e, mq, delay_level=-1):
-                        self.dlq_count += 1
-                        log.warning(
-                            "%s: %s went to the DLQ after %d attempts (broadcasting)",
-                            mq,
-                            e.msg_id,
-                            e.reconsume_times + 1,
-                        )
-                        continue
-                retry_here.append(e)
+                dead = r is ConsumeResult.DEAD_LETTER or e.reconsume_times >= limit
+                if not (dead and await self.give_up(e, mq, " (broadcasting)")):
+                    retry_here.append(e)
         done = [e for e in exts if e not in retry_here] if retry_here else exts
         offset = pq.remove(done)
         if not pq.dropped:

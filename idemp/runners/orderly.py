@@ -48,6 +48,7 @@ class OrderlyRunner(RunnerBase):
     """
 
     orderly = True
+    log = log  # idemp.runners.orderly
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -136,14 +137,7 @@ class OrderlyRunner(RunnerBase):
             failed = rest[0]
             given_up = n_ok < len(results) and results[n_ok] is ConsumeResult.DEAD_LETTER
             if given_up or failed.reconsume_times >= self.settings.effective_max_reconsume(True):
-                if await self.consumer.send_back(failed, mq, delay_level=-1):
-                    self.dlq_count += 1
-                    log.warning(
-                        "%s: %s went to the DLQ after %d attempts",
-                        mq,
-                        failed.msg_id,
-                        failed.reconsume_times + 1,
-                    )
+                if await self.give_up(failed, mq):
                     ok, rest = exts[: n_ok + 1], exts[n_ok + 1 :]
                 else:
                     suspend = True
