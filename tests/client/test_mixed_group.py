@@ -69,7 +69,7 @@ def test_an_idemp_runner_and_an_official_consumer_share_one_group(
             both = len(here) + len(there) == QUEUES and len(set(here) | set(there)) == QUEUES
             return both and len(set(here)) == 2
 
-        for rnd in range(30):
+        for rnd in range(45):  # the official client rebalances every 20 s or so
             probes += [f"probe-{rnd}-{q.queue_id}" for q in queues]
             for q, body in zip(queues, probes[-QUEUES:]):
                 producer.send(OutMessage(topic, body.encode()), queue=q)
