@@ -36,7 +36,8 @@ HOLD=
 trap 'kill $HOLD $BROKER 2>/dev/null; wait $BROKER 2>/dev/null; rm -rf "$WORK"' EXIT
 for _ in $(seq 100); do grep -q "idemp broker ready" "$WORK/broker.log" && break; sleep 0.2; done
 grep -q "idemp broker ready" "$WORK/broker.log" || { cat "$WORK/broker.log"; exit 1; }
-JAVA_RUN=(java -Duser.home="$WORK" -cp "$REALRMQ_HOME/lib/*:$CLS")
+# idemp.bin: the Java features' "mixed" runs idemp's consumer beside a Java one in one group
+JAVA_RUN=(java -Duser.home="$WORK" -Didemp.bin="$PWD/.venv/bin/idemp" -cp "$REALRMQ_HOME/lib/*:$CLS")
 rc=0
 for mode in concurrent orderly; do
     out=$("${JAVA_RUN[@]}" PushCount "127.0.0.1:$NS_PORT" "TopicInterop_$mode" "GInterop_$mode" 100 "$mode" 120 2>/dev/null | grep '^mode=') || rc=1

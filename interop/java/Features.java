@@ -34,7 +34,7 @@ public class Features {
         ns = a[0]; run = a.length > 1 ? a[1] : Long.toString(System.currentTimeMillis() % 100000);
         String only = a.length > 2 ? a[2] : "";
         DefaultMQProducer p = producer("PF");
-        String[] feats = {"async", "oneway", "tags", "sql", "delay", "props", "compress", "pull", "lite", "liteassign", "broadcast", "retry", "query", "badqueue", "reply", "trace", "tx", "dlq", "batchprops", "delaymax", "readonly", "orderlysuspend", "createtopic", "nosuch", "pull64", "fromts", "namespace", "delaynext", "dlqdirect", "bigprops", "emptybody", "subtrace", "fromlast", "litecommit", "litetime", "orderlybc", "vip", "tls", "replyns", "requestasync", "longpoll", "suspend", "storedoffset", "pullsql", "orderly2"};
+        String[] feats = {"async", "oneway", "tags", "sql", "delay", "props", "compress", "pull", "lite", "liteassign", "broadcast", "retry", "query", "badqueue", "reply", "trace", "tx", "dlq", "batchprops", "delaymax", "readonly", "orderlysuspend", "createtopic", "nosuch", "pull64", "fromts", "namespace", "delaynext", "dlqdirect", "bigprops", "emptybody", "subtrace", "fromlast", "litecommit", "litetime", "orderlybc", "vip", "tls", "replyns", "requestasync", "longpoll", "suspend", "storedoffset", "pullsql", "orderly2", "mixed"};
         for (String f : feats) {
             if (!only.isEmpty() && !Arrays.asList(only.split(",")).contains(f)) continue;
             try { feature(f, p); } catch (Throwable t) { out(f, "EXC " + err(t)); }
@@ -474,6 +474,33 @@ public class Features {
             Map<String, Integer> perConsumer = new TreeMap<>(); boolean oneOwner = true;
             for (Set<String> o : owners.values()) { if (o.size() != 1) oneOwner = false; for (String w : o) perConsumer.merge(w, 1, Integer::sum); }
             out(f, "first=" + first + " locked=" + split + " total=" + n.get() + " inOrder=" + inOrder + " round2OneOwnerEach=" + oneOwner + " round2QueuesPerConsumer=" + perConsumer.values()); break; }
+        case "mixed": {
+            // idemp's runner (`idemp consume`, -Didemp.bin) and a Java push consumer in ONE group:
+            // both allocate the queues alike (AllocateMessageQueueAveragely, sorted client ids),
+            // so each queue is read by one of them and each message consumed once
+            r0(p, topic);
+            java.io.File rec = java.io.File.createTempFile("mixed", ".jsonl"), ev = java.io.File.createTempFile("mixed", ".err");
+            Process ip = new ProcessBuilder(System.getProperty("idemp.bin", "idemp"), "consume", "--namesrv", ns, "--topic", topic,
+                "--group", "CF_mixed" + run, "--from", "first", "--record", rec.getPath(), "--body").redirectError(ev).start();
+            java.util.function.Supplier<List<String>> lines = () -> { try { return java.nio.file.Files.readAllLines(ev.toPath()); } catch (Exception e) { return new ArrayList<>(); } };
+            waitFor(() -> lines.get().stream().anyMatch(l -> l.contains("\"started\"")), 30000);
+            DefaultMQPushConsumer c = push("CF_mixed", topic, "*"); List<String> javaGot = Collections.synchronizedList(new ArrayList<>());
+            c.registerMessageListener((MessageListenerConcurrently) (ms, ctx) -> { for (MessageExt m : ms) javaGot.add(m.getQueueId() + "/" + new String(m.getBody())); return ConsumeConcurrentlyStatus.CONSUME_SUCCESS; });
+            c.start();
+            java.util.function.IntSupplier javaQueues = () -> { int n = 0; for (MessageQueue q : c.getDefaultMQPushConsumerImpl().getRebalanceImpl().getProcessQueueTable().keySet()) if (q.getTopic().equals(topic)) n++; return n; };
+            java.util.function.IntSupplier idempQueues = () -> { int n = -1; for (String l : lines.get()) if (l.contains("\"queues\"") && l.contains(topic + "\"")) { String qs = l.replaceAll(".*\"queues\": \\[([0-9, ]*)\\].*", "$1").trim(); n = qs.isEmpty() ? 0 : qs.split(",").length; } return n; };
+            waitFor(() -> javaQueues.getAsInt() == 2 && idempQueues.getAsInt() == 2, 40000);
+            String split = javaQueues.getAsInt() + "+" + idempQueues.getAsInt();
+            for (int q = 0; q < 4; q++) for (int i = 0; i < 5; i++) p.send(new Message(topic, "a", ("m" + q + "-" + i).getBytes()), new MessageQueue(topic, "broker-a", q));
+            java.util.function.Supplier<List<String>> idempGot = () -> { List<String> out = new ArrayList<>(); try { for (String l : java.nio.file.Files.readAllLines(rec.toPath()))
+                out.add(l.replaceAll(".*\"queue\": (\\d+),.*", "$1") + "/" + l.replaceAll(".*\"body\": \"([^\"]*)\".*", "$1")); } catch (Exception e) { } return out; };
+            java.util.function.Supplier<List<String>> both = () -> { List<String> all = new ArrayList<>(javaGot); all.addAll(idempGot.get()); all.removeIf(x -> !x.contains("/m")); return all; };
+            waitFor(() -> both.get().size() >= 20, 30000); Thread.sleep(1000);
+            ip.destroy(); ip.waitFor(20, TimeUnit.SECONDS); c.shutdown();
+            Set<String> jq = new TreeSet<>(), iq = new TreeSet<>(); for (String x : javaGot) if (x.contains("/m")) jq.add(x.split("/")[0]); for (String x : idempGot.get()) if (x.contains("/m")) iq.add(x.split("/")[0]);
+            Set<String> overlap = new TreeSet<>(jq); overlap.retainAll(iq);
+            out(f, "split=" + split + " total=" + both.get().size() + " distinct=" + new HashSet<>(both.get()).size() + " javaQueues=" + jq.size() + " idempQueues=" + iq.size() + " overlap=" + overlap.size());
+            rec.delete(); ev.delete(); break; }
         case "tx": {
             TransactionMQProducer tp = new TransactionMQProducer("PF_tx" + run); tp.setNamesrvAddr(ns); tp.setInstanceName("PF_tx" + run);
             List<String> checks = Collections.synchronizedList(new ArrayList<>());
