@@ -2,8 +2,8 @@
 
 Run by ``make interop`` (interop/run.sh) as ``python interop/mqadmin_cases.py NAMESRV
 BROKER`` with REALRMQ_HOME set, with ``--live`` while interop/java/Hold.java keeps clients
-online, and with ``--after-features`` for the cases that need what the Java client's features
-left. {ns} is the nameserver address.
+online, with ``--after-features`` for the cases that need what the Java client's features
+left, and with ``--acl`` against a broker with ACL on. {ns} is the nameserver address.
 """
 
 from __future__ import annotations
@@ -317,14 +317,72 @@ AFTER_FEATURES: list[Case] = [
     ),
 ]
 
+# Against a broker with aclEnable=true and the accounts of interop/run.sh (opsadmin, an
+# admin; appuser1, not), mqadmin signing with opsadmin's key from the tools.yml under
+# $MQADMIN_HOME/conf (appuser1's for the cases run with {app_home}); each the same on
+# RocketMQ 4.9.7 with the same plain_acl.yml (2026-11-28), but for the secret a too short
+# key's refusal names, which idemp masks.
+ACL: list[Case] = [
+    _c("updateTopic -n {ns} -c DefaultCluster -t TopicAcl1", "create topic to {broker} success."),
+    _c(
+        "getAccessConfigSubCommand -n {ns} -c DefaultCluster",
+        "globalWhiteRemoteAddresses: [10.10.103.*]",
+        "accessKey         : appuser1",
+        "secretKey         : app12345678",
+        "defaultTopicPerm  : PUB|SUB",
+    ),
+    _c(
+        "updateAclConfig -n {ns} -b {broker} -a newuser1 -s newsecret1 -t TopicAcl1=PUB -g G1=SUB",
+        "create or update plain access config to {broker} success.",
+    ),
+    _c(
+        "clusterAclConfigVersion -n {ns} -c DefaultCluster",
+        "#AclConfigVersionNum",
+        "get cluster's plain access config version success.",
+    ),
+    _c(
+        "updateGlobalWhiteAddr -n {ns} -b {broker} -g 10.10.*.*,192.168.1.*",
+        "update global white remote addresses to {broker} success.",
+    ),
+    _c(
+        "getAccessConfigSubCommand -n {ns} -b {broker}",
+        "globalWhiteRemoteAddresses: [10.10.*.*, 192.168.1.*]",
+        "accessKey         : newuser1",
+        "topicPerms        : [TopicAcl1=PUB]",
+        "groupPerms        : [G1=SUB]",
+    ),
+    _c(
+        "deleteAccessConfig -n {ns} -b {broker} -a newuser1",
+        "delete plain access config account from {broker} success.",
+    ),
+    _c(
+        "deleteAccessConfig -n {ns} -b {broker} -a nosuchuser",
+        "CODE: 210  DESC: The accesskey[nosuchuser] corresponding to accessConfig has been "
+        "deleted failed.",
+    ),
+    _c("updateAclConfig -n {ns} -b {broker} -a short -s x", "CODE: 209  DESC: The accessKey=short"),
+    _c(
+        "-Drocketmq.home.dir={app_home} updateTopic -n {ns} -c DefaultCluster -t TopicAcl2",
+        "CODE: 1  DESC: org.apache.rocketmq.acl.common.AclException: Need admin permission for "
+        "request code=17, but accessKey=appuser1 is not",
+    ),
+]
+
 
 def run_case(launch: str, args: list[str], stop_after: float, cwd: str) -> str:
+    # leading -D arguments are the JVM's (rocketmq.home.dir: where conf/tools.yml is)
+    defines = [a for a in args if a.startswith("-D")]
+    args = [a for a in args if not a.startswith("-D")]
+    home = os.environ.get("MQADMIN_HOME")
+    if home and not defines:
+        defines = [f"-Drocketmq.home.dir={home}"]
+    env = {**os.environ, "MQADMIN_DEFINES": " ".join(defines)}
     cmd = ["bash", "-c", launch, "mqadmin", *args]
     if not stop_after:
-        run = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=cwd)
+        run = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=cwd, env=env)
         return run.stdout + run.stderr  # mqadmin prints a failure's cause on stderr
     try:
-        subprocess.run(cmd, capture_output=True, text=True, timeout=stop_after, cwd=cwd)
+        subprocess.run(cmd, capture_output=True, text=True, timeout=stop_after, cwd=cwd, env=env)
     except subprocess.TimeoutExpired as stopped:  # the expected end: it had to be stopped
         return _text(stopped.stdout) + _text(stopped.stderr)
     raise RuntimeError(f"mqadmin {args[0]} ended by itself within {stop_after} s")
@@ -344,14 +402,15 @@ def main(ns: str, broker: str, cases: list[Case]) -> int:
     user_home = os.environ.get("INTEROP_HOME", home)
     # bin/env.sh of the 4.9.7 build sets JAVA, COMMON_OPTS (JDK 17 opens) and CP
     launch = (
-        f'. "{home}/bin/env.sh" && exec "$JAVA" $COMMON_OPTS -Duser.home="{user_home}" '
-        '-cp "$CP" org.apache.rocketmq.tools.command.MQAdminStartup "$@"'
+        f'. "{home}/bin/env.sh" && exec "$JAVA" $COMMON_OPTS $MQADMIN_DEFINES '
+        f'-Duser.home="{user_home}" -cp "$CP" org.apache.rocketmq.tools.command.MQAdminStartup "$@"'
     )
     # {offset_id_past}: the broker's own address with a commit log offset of 1 MiB, which
     # the few messages before it never reach
     host, port = broker.rsplit(":", 1)
     address = "".join(f"{int(b):02X}" for b in host.split(".")) + f"{int(port):08X}"
     values = {"ns": ns, "broker": broker, "home": user_home}
+    values["app_home"] = os.environ.get("MQADMIN_APP_HOME", "")
     values["offset_id_past"] = f"{address}{1 << 20:016X}"
     failed = 0
     # consumerStatus without -i writes each client's running info under ./<time>/
@@ -369,12 +428,13 @@ def main(ns: str, broker: str, cases: list[Case]) -> int:
                 missing.append(f"/{case.capture}/")
         status = "ok" if not missing else f"FAIL missing {missing!r} in:\n{out[-1500:]}"
         failed += bool(missing)
-        print(f"mqadmin {args[0]}: {status}")
+        name = next(a for a in args if not a.startswith("-D"))
+        print(f"mqadmin {name}: {status}")
     shutil.rmtree(scratch, ignore_errors=True)
     print(f"mqadmin: {len(cases) - failed}/{len(cases)} cases as expected")
     return 1 if failed else 0
 
 
 if __name__ == "__main__":
-    lists = {"--after-features": AFTER_FEATURES, "--live": LIVE}
+    lists = {"--after-features": AFTER_FEATURES, "--live": LIVE, "--acl": ACL}
     sys.exit(main(sys.argv[1], sys.argv[2], lists[sys.argv[3]] if sys.argv[3:] else CASES))
