@@ -110,15 +110,14 @@ class ConcurrentRunner(RunnerBase):
         if failed and self.consumer.clustering:
             default_level = self.settings.retry_delay_level
             for e, r in failed:
-                # DEAD_LETTER: delay level -1, the broker puts it in %DLQ%group at once;
-                # a ReconsumeLater's level, or the group's, else 0: the broker's schedule
-                dead = r is ConsumeResult.DEAD_LETTER
-                level = -1 if dead else getattr(r, "delay_level", 0) or default_level
-                if await self.consumer.send_back(e, mq, delay_level=level):
-                    if dead:
-                        self.dlq_count += 1
-                        log.warning("%s: %s went to the DLQ (listener)", mq, e.msg_id)
+                # DEAD_LETTER: to %DLQ%group at once; a ReconsumeLater's level, or the
+                # group's, else 0: the broker's schedule (and its DLQ past the last retry)
+                if r is ConsumeResult.DEAD_LETTER:
+                    sent = await self.give_up(e, mq, " (listener)")
                 else:
+                    level = getattr(r, "delay_level", 0) or default_level
+                    sent = await self.consumer.send_back(e, mq, delay_level=level)
+                if not sent:
                     retry_here.append(e)
         elif failed:
             # Broadcasting: RocketMQ's client drops a failed message (the group's retry
