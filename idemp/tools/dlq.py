@@ -28,6 +28,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from idemp.client.producer import OutMessage, Producer, SendResult
+from idemp.client.route import MessageQueue
 from idemp.client.settings import ClientSettings
 from idemp.remoting import MessageExt
 from idemp.remoting.codes import (
@@ -55,27 +56,29 @@ _NOT_RESENT = frozenset(
 REPLAY_PRODUCER_GROUP = "idemp-dlq-replay"
 
 
-def broadcasting(namesrv_addr: str, group: str) -> bool:
-    """Whether ``group``'s online consumers consume by broadcasting: they do not read
-    ``%RETRY%<group>``, so a replay there would reach none of them (offline: unknown)."""
-    with HistoryPuller(namesrv_addr) as puller:
-        for mq in puller.queues(DLQ_GROUP_TOPIC_PREFIX + group) or []:
-            if puller.consumer_model(mq, group) == "BROADCASTING":
-                return True
-    return False
-
-
 def dead_letters(namesrv_addr: str, group: str) -> list[tuple[int, MessageExt]]:
     """Every message in ``%DLQ%<group>``, with its queue offset, oldest first; none when
     the group never dead-lettered one (RocketMQ creates the topic at the first)."""
-    topic = DLQ_GROUP_TOPIC_PREFIX + group
     with HistoryPuller(namesrv_addr) as puller:
-        queues = puller.queues(topic)
-        out: list[tuple[int, MessageExt]] = []
-        for mq in queues or []:
-            lo, hi = puller.offset_range(mq, TimeRange())
-            out.extend((m.queue_offset, m) for m in puller.pull(mq, lo, hi, decompress=True))
+        return _letters(puller, _dlq_queues(puller, group))
+
+
+def _dlq_queues(puller: HistoryPuller, group: str) -> list[MessageQueue]:
+    return puller.queues(DLQ_GROUP_TOPIC_PREFIX + group) or []
+
+
+def _letters(puller: HistoryPuller, queues: list[MessageQueue]) -> list[tuple[int, MessageExt]]:
+    out: list[tuple[int, MessageExt]] = []
+    for mq in queues:
+        lo, hi = puller.offset_range(mq, TimeRange())
+        out.extend((m.queue_offset, m) for m in puller.pull(mq, lo, hi, decompress=True))
     return sorted(out, key=lambda item: item[0])  # one queue (DLQ_NUMS_PER_GROUP)
+
+
+def _broadcasting(puller: HistoryPuller, queues: list[MessageQueue], group: str) -> bool:
+    """Whether ``group``'s online consumers consume by broadcasting: they do not read
+    ``%RETRY%<group>``, so a replay there would reach none of them (offline: unknown)."""
+    return any(puller.consumer_model(mq, group) == "BROADCASTING" for mq in queues)
 
 
 def retry_route(msg: MessageExt, group: str) -> tuple[str, str]:
@@ -177,7 +180,12 @@ def run(args: argparse.Namespace) -> int:
         return 2
     args.group = wrap_namespace(namespace, args.group)
     try:
-        letters = dead_letters(args.namesrv, args.group)
+        with HistoryPuller(args.namesrv) as puller:  # one client for the reads
+            queues = _dlq_queues(puller, args.group)
+            letters = _letters(puller, queues)
+            # a replay to the group's retry topic: does any consumer read it?
+            to_retry = args.dlq_command == "replay" and args.to is None and bool(letters)
+            fanned_out = to_retry and _broadcasting(puller, queues, args.group)
     except HistoryError as exc:
         print(f"idemp dlq: {exc}", file=sys.stderr)
         return 1
@@ -200,7 +208,7 @@ def run(args: argparse.Namespace) -> int:
     if not chosen:
         print(f"no dead letters of {args.group} to replay")
         return 0
-    if args.to is None and broadcasting(args.namesrv, args.group):
+    if fanned_out:
         print(
             f"idemp dlq: {args.group} consumes by broadcasting: its consumers do not read "
             f"%RETRY%{args.group}; replay with --to <topic> (every group reading that topic "
