@@ -24,12 +24,15 @@ class _SubcommandParser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     from idemp import __version__
     from idemp.broker import main as broker_main
+    from idemp.broker import namesrv_main
 
     parser = argparse.ArgumentParser(prog="idemp", description=__doc__)
     parser.add_argument("--version", action="version", version=f"idemp {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_SubcommandParser)
     broker = sub.add_parser("broker", help="run idemp's minimal RocketMQ broker")
     broker_main.add_arguments(broker)
+    namesrv = sub.add_parser("namesrv", help="run a nameserver alone (as mqnamesrv)")
+    namesrv_main.add_arguments(namesrv)
     broker_sub = broker.add_subparsers(dest="broker_command")
     export = broker_sub.add_parser("export", help="export a store's message history")
     export.add_argument(
@@ -95,6 +98,10 @@ def main(argv: list[str] | None = None) -> int:
         from idemp.broker.main import run
 
         return run(args)
+    if args.command == "namesrv":
+        from idemp.broker.namesrv_main import run as run_namesrv
+
+        return run_namesrv(args)
     if args.command == "produce":
         from idemp.tools.produce import run as run_produce
 

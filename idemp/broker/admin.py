@@ -24,7 +24,7 @@ from .metadata import (
 )
 
 if TYPE_CHECKING:
-    from .context import Broker, Handler, Peer
+    from .context import Broker, Handler, HandlerResult, Peer
 
 DEFAULT_QUERY_MAX_NUM = 32
 MAX_MSGS_NUM_BATCH = 64
@@ -119,7 +119,7 @@ def query_message(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingC
     return cmd.response(ResponseCode.SUCCESS, ext_fields=ext, body=b"".join(records))
 
 
-def create_topic(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingCommand:
+def create_topic(server: Broker, conn: Peer, cmd: RemotingCommand) -> HandlerResult:
     assert server.store is not None
     cmd.require("topic", "readQueueNums", "writeQueueNums", "perm")
     topic = cmd.ext_fields["topic"]
@@ -159,7 +159,10 @@ def create_topic(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingCo
             attributes,
         )
     )
-    return cmd.response(ResponseCode.SUCCESS, UNSET_RESPONSE_REMARK)
+    done = cmd.response(ResponseCode.SUCCESS, UNSET_RESPONSE_REMARK)
+    if server.registrar is not None:  # registerIncrementBrokerData: before the answer
+        return server.registrar.after_registering(done)
+    return done
 
 
 def all_topics(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingCommand:

@@ -55,6 +55,15 @@ class BrokerConfig:
     maxTransferBytesOnMessageInMemory: int = 256 * 1024
     # RocketMQ: system property rocketmq.broker.rebalance.lockMaxLiveTime (queue lock expiry)
     rebalanceLockMaxLiveTime: int = 60_000
+    # idemp-only: false runs no nameserver in this process; the broker then registers
+    # with the nameservers of namesrvAddr (``a:9876;b:9876``) as RocketMQ's broker does
+    embeddedNamesrv: bool = True
+    # RocketMQ's registration: every registerNameServerPeriod ms (kept within 10-60 s),
+    # at once when a topic changes; forceRegister=false asks QUERY_DATA_VERSION first
+    registerNameServerPeriod: int = 30_000
+    registerBrokerTimeoutMills: int = 6000
+    compressedRegister: bool = False
+    forceRegister: bool = True
     # idemp-only: where the process binds. RocketMQ binds every interface; idemp binds
     # loopback unless told otherwise, since it is a test double.
     bindAddress: str = "127.0.0.1"
@@ -117,6 +126,20 @@ class BrokerConfig:
         if not host or not port.isdigit():
             raise ConfigError(f"namesrvAddr {self.namesrvAddr!r} is not host:port")
         return host, int(port)
+
+    @property
+    def namesrv_addrs(self) -> list[str]:
+        """Every nameserver of ``namesrvAddr``, the ones a broker without its own
+        registers with."""
+        out = []
+        for item in filter(None, (a.strip() for a in self.namesrvAddr.split(";"))):
+            host, _, port = item.rpartition(":")
+            if not host or not port.isdigit():
+                raise ConfigError(f"namesrvAddr {self.namesrvAddr!r}: {item!r} is not host:port")
+            out.append(item)
+        if not out:
+            raise ConfigError("namesrvAddr is empty")
+        return out
 
     @property
     def sync_flush(self) -> bool:
@@ -214,6 +237,7 @@ def load_config(path: str | Path | None, overrides: dict[str, str] | None = None
 
 def validate(cfg: BrokerConfig) -> None:
     cfg.namesrv_host_port  # noqa: B018 - raises ConfigError when malformed
+    cfg.namesrv_addrs  # noqa: B018 - the same for each of them
     parse_delay_levels(cfg.messageDelayLevel)
     if cfg.flushDiskType.upper() not in ("SYNC_FLUSH", "ASYNC_FLUSH"):
         raise ConfigError(f"flushDiskType: {cfg.flushDiskType!r} is not SYNC_FLUSH or ASYNC_FLUSH")

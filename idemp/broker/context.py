@@ -58,6 +58,7 @@ class Broker(Protocol):
     config_version: int  # bumped by UPDATE_BROKER_CONFIG (GET_BROKER_CONFIG's version)
     transactions: Any  # transaction.TransactionCheckService, owned by that handler module
     scheduler: Any  # schedule.ScheduleService (its ``progress``: delay level → offset)
+    registrar: Any  # registrar.Registrar when the broker registers with other nameservers
 
     def notify_consumer_ids_changed(self, group: str) -> None: ...
 

@@ -1,4 +1,5 @@
-"""The embedded nameserver's own state: its KV config and the brokers' write permission.
+"""The nameserver's own state: its KV config, the brokers' write permission and the
+routes of the brokers that registered with it.
 
 RocketMQ's nameserver keeps a namespace → key → value table (KVConfigManager, persisted
 in ``kvConfig.json``): ``ORDER_TOPIC_CONFIG`` holds a topic's order configuration, which
@@ -11,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from .jsonfile import read_json, write_json
+from .routes import RouteTable
 
 ORDER_TOPIC_CONFIG = "ORDER_TOPIC_CONFIG"  # NamesrvUtil.NAMESPACE_ORDER_TOPIC_CONFIG
 
@@ -29,6 +31,7 @@ class NamesrvState:
         # NamesrvConfig + NettyServerConfig values changed by UPDATE_NAMESRV_CONFIG
         self.settings: dict[str, str] = {}
         self.config_path = path.with_name("namesrv.properties")
+        self.routes = RouteTable()  # brokers registered by REGISTER_BROKER
 
     def put(self, namespace: str, key: str, value: str) -> None:
         self.kv.setdefault(namespace, {})[key] = value

@@ -19,6 +19,7 @@ log = logging.getLogger("idemp.broker")
 # command-line flag -> broker.conf key
 FLAG_KEYS = {
     "namesrv_addr": "namesrvAddr",
+    "embedded_namesrv": "embeddedNamesrv",
     "listen_port": "listenPort",
     "store": "storePathRootDir",
     "broker_ip": "brokerIP1",
@@ -32,7 +33,20 @@ FLAG_KEYS = {
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("-c", "--config", help="a RocketMQ broker.conf file")
-    p.add_argument("-n", "--namesrv-addr", help="host:port the embedded nameserver listens on")
+    p.add_argument(
+        "-n",
+        "--namesrv-addr",
+        help="host:port the embedded nameserver listens on; with --no-namesrv, the "
+        "nameservers to register with (host:port;host:port)",
+    )
+    p.add_argument(
+        "--no-namesrv",
+        dest="embedded_namesrv",
+        action="store_const",
+        const="false",
+        help="run no nameserver here: register with the ones of -n (idemp namesrv, "
+        "another idemp broker's, or RocketMQ's) as RocketMQ's broker does",
+    )
     p.add_argument("--listen-port", type=int, help="broker port (0 picks a free one)")
     p.add_argument("--store", help="storePathRootDir")
     p.add_argument("--broker-ip", help="brokerIP1, the address advertised to clients")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -225,14 +226,15 @@ class TopicTable:
         for name, cfg in system.items():
             self.topics.setdefault(name, cfg)
         self.broker_perm = broker_perm
+        # called after each change (the registration with external nameservers)
+        self.listeners: list[Callable[[], None]] = []
 
     def get(self, topic: str) -> TopicConfig | None:
         return self.topics.get(topic)
 
     def put(self, cfg: TopicConfig) -> TopicConfig:
         self.topics[cfg.topicName] = cfg
-        self.version.next()
-        self.persist()
+        self.changed()
         return cfg
 
     def create_in_send(self, topic: str, default_topic: str, queue_nums: int) -> TopicConfig | None:
@@ -256,6 +258,8 @@ class TopicTable:
         """Count a change made in place (a deleted topic, an order flag) and save it."""
         self.version.next()
         self.persist()
+        for listener in self.listeners:
+            listener()
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -1,4 +1,7 @@
-"""The embedded nameserver: routes come straight from the broker's topic table.
+"""The nameserver: the embedded broker's routes come straight from its topic table;
+brokers that register (REGISTER_BROKER, idemp's or RocketMQ's) are kept in a
+``RouteTable``, and every answer merges the two. ``idemp namesrv`` runs the same
+handlers with no broker of its own.
 
 Route JSON is written as a real nameserver writes it: bare integer map keys
 (``{0:"ip:port"}``) unless the client is 4.9.4+ or asks for standard JSON.
@@ -7,6 +10,9 @@ Route JSON is written as a real nameserver writes it: bare integer map keys
 from __future__ import annotations
 
 import json
+import logging
+import re
+import time
 from typing import TYPE_CHECKING, Any
 
 from idemp.remoting import RemotingCommand, RequestCode, ResponseCode
@@ -14,16 +20,22 @@ from idemp.remoting.codes import DEFAULT_TOPIC, Perm
 
 from .config import read_properties
 from .kvconfig import ORDER_TOPIC_CONFIG
+from .registration import RegisterBodyError, body_crc32, decode_register_body
 from .rocketmq_defaults import namesrv_settings
 
 if TYPE_CHECKING:
     from .context import Broker, Handler, Peer
+
+log = logging.getLogger("idemp.namesrv")
 
 V4_9_4 = 401
 FAQ = "\nSee http://rocketmq.apache.org/docs/faq/ for further details."
 
 
 def register(handlers: dict[int, Handler]) -> None:
+    handlers[RequestCode.REGISTER_BROKER] = register_broker
+    handlers[RequestCode.UNREGISTER_BROKER] = unregister_broker
+    handlers[RequestCode.QUERY_DATA_VERSION] = query_data_version
     handlers[RequestCode.GET_ROUTEINFO_BY_TOPIC] = route_info
     handlers[RequestCode.GET_BROKER_CLUSTER_INFO] = cluster_info
     handlers[RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER] = topic_list
@@ -49,9 +61,12 @@ UNIT, UNIT_SUB = 0x1, 0x2  # TopicSysFlag: unit topic, has unit subscription
 def _dumps(obj: Any, standard: bool) -> bytes:
     text = json.dumps(obj, separators=(",", ":"), sort_keys=True)
     if not standard:
-        # fastjson's default for Map<Long, String>: the broker id key unquoted.
-        text = text.replace('"brokerAddrs":{"0":', '"brokerAddrs":{0:')
+        # fastjson's default for Map<Long, String>: the broker id keys unquoted.
+        text = _BROKER_ID_KEY.sub(r"\1\2:", text)
     return text.encode()
+
+
+_BROKER_ID_KEY = re.compile(r'([{,])"(\d+)":(?="[^"]*")')
 
 
 def _java_str(value: str | None) -> str:
@@ -69,21 +84,16 @@ def _broker_data(server: Broker) -> dict[str, Any]:
 
 def route_info(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingCommand:
     cmd.require("topic")
-    assert server.store is not None
     topic = cmd.ext_fields["topic"]
-    tcfg = server.store.topics.get(topic) if _routed(server, topic) else None
+    queue_datas, broker_datas = [], []
+    tcfg = None
+    if server.store is not None and _routed(server, topic):
+        tcfg = server.store.topics.get(topic)
     if topic == DEFAULT_TOPIC and not server.config.autoCreateTopicEnable:
         tcfg = None
-    if tcfg is None:
-        return cmd.response(
-            ResponseCode.TOPIC_NOT_EXIST,
-            f"No topic route info in name server for the topic: {topic}{FAQ}",
-        )
-    standard = cmd.version >= V4_9_4 or cmd.field_bool("acceptStandardJsonOnly")
-    body: dict[str, Any] = {
-        "brokerDatas": [_broker_data(server)],
-        "filterServerTable": {},
-        "queueDatas": [
+    if tcfg is not None:
+        broker_datas.append(_broker_data(server))
+        queue_datas.append(
             {
                 "brokerName": server.config.brokerName,
                 "perm": _perm(server, tcfg.perm),
@@ -91,7 +101,23 @@ def route_info(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingComm
                 "topicSysFlag": tcfg.topicSysFlag,
                 "writeQueueNums": tcfg.writeQueueNums,
             }
-        ],
+        )
+    routes = server.namesrv.routes
+    for qd in routes.queue_datas(topic):
+        bd = routes.broker_data(qd["brokerName"])
+        if bd is not None:
+            queue_datas.append(dict(qd))
+            broker_datas.append(bd)
+    if not queue_datas:
+        return cmd.response(
+            ResponseCode.TOPIC_NOT_EXIST,
+            f"No topic route info in name server for the topic: {topic}{FAQ}",
+        )
+    standard = cmd.version >= V4_9_4 or cmd.field_bool("acceptStandardJsonOnly")
+    body: dict[str, Any] = {
+        "brokerDatas": broker_datas,
+        "filterServerTable": {},
+        "queueDatas": queue_datas,
     }
     # DefaultRequestProcessor.getRouteInfoByTopic reads the order config only with the
     # nameserver's orderMessageEnable (false by default; updateNamesrvConfig sets it)
@@ -100,6 +126,78 @@ def route_info(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingComm
         if order_conf is not None:
             body["orderTopicConf"] = order_conf
     return cmd.response(ResponseCode.SUCCESS, body=_dumps(body, standard))
+
+
+def register_broker(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingCommand:
+    """DefaultRequestProcessor.registerBrokerWithFilterServer: the body's CRC checked
+    when given, the broker's topics taken into the route table, and the answer carries
+    the ORDER_TOPIC_CONFIG table (the broker sets its topics' order flag from it)."""
+    cmd.require("brokerName", "brokerAddr", "clusterName", "haServerAddr", "brokerId")
+    fields = cmd.ext_fields
+    crc = cmd.field_int("bodyCrc32", 0)
+    if crc != 0 and crc != body_crc32(cmd.body or b""):
+        log.warning("REGISTER_BROKER from %s: crc32 not match", conn.peer)
+        return cmd.response(ResponseCode.SYSTEM_ERROR, "crc32 not match")
+    name, addr = fields["brokerName"], fields["brokerAddr"]
+    if server.store is not None and addr != server.broker_addr and _is_local(server, name):
+        # RocketMQ would take the newcomer as the name's new master; here that would hide
+        # this process's own broker, which is never what two brokers started alike meant
+        return cmd.response(
+            ResponseCode.SYSTEM_ERROR,
+            f"brokerName {name} is this nameserver's own broker ({server.broker_addr}); "
+            f"start the broker at {addr} with another brokerName",
+        )
+    topics: dict[str, dict[str, Any]] = {}
+    version: dict[str, Any] = {"counter": 0, "timestamp": 0}
+    if cmd.body:
+        try:
+            topics, version = decode_register_body(cmd.body, cmd.field_bool("compressed"))
+        except RegisterBodyError as exc:
+            return cmd.response(ResponseCode.SYSTEM_ERROR, str(exc))
+    master, ha = server.namesrv.routes.register(
+        cluster=fields["clusterName"],
+        addr=addr,
+        name=name,
+        broker_id=cmd.field_int("brokerId"),
+        ha_addr=fields["haServerAddr"],
+        topics=topics,
+        data_version=version,
+        peer=conn,
+        now=time.monotonic(),
+    )
+    header = {k: v for k, v in (("masterAddr", master), ("haServerAddr", ha)) if v is not None}
+    table = server.namesrv.kv.get(ORDER_TOPIC_CONFIG)
+    body = _dumps({"table": table}, True) if table is not None else b""
+    return cmd.response(ResponseCode.SUCCESS, ext_fields=header, body=body)
+
+
+def unregister_broker(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingCommand:
+    cmd.require("brokerName", "brokerAddr", "clusterName", "brokerId")
+    fields = cmd.ext_fields
+    server.namesrv.routes.unregister(
+        fields["clusterName"], fields["brokerAddr"], fields["brokerName"], cmd.field_int("brokerId")
+    )
+    return cmd.response(ResponseCode.SUCCESS)
+
+
+def query_data_version(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingCommand:
+    """The broker's question before a registration it may skip (``forceRegister=false``):
+    has my topic table changed since you last took it? An unchanged one counts as alive."""
+    cmd.require("brokerAddr")
+    addr = cmd.ext_fields["brokerAddr"]
+    try:
+        version = dict(json.loads(cmd.body)) if cmd.body else {}
+    except ValueError:
+        version = {}
+    routes = server.namesrv.routes
+    changed = routes.changed(addr, version)
+    if not changed:
+        routes.touch(addr, time.monotonic())
+    live = routes.live.get(addr)
+    body = _dumps(live.data_version, True) if live is not None else b""
+    return cmd.response(
+        ResponseCode.SUCCESS, ext_fields={"changed": "true" if changed else "false"}, body=body
+    )
 
 
 def _perm(server: Broker, perm: int) -> int:
@@ -111,23 +209,40 @@ def _perm(server: Broker, perm: int) -> int:
 
 def _routed(server: Broker, topic: str) -> bool:
     """False while a route deleted from the nameserver has not been registered again
-    (the broker registers its topics again when its topic table changes)."""
-    assert server.store is not None
+    (the broker registers its topics again when its topic table changes); False for
+    every topic in a nameserver without a broker of its own."""
+    if server.store is None:
+        return False
     deleted_at = server.namesrv.deleted_routes.get(topic)
     return deleted_at is None or server.store.topics.version.counter > deleted_at
 
 
+def _clusters(server: Broker) -> dict[str, set[str]]:
+    out = {c: set(names) for c, names in server.namesrv.routes.clusters.items()}
+    if server.store is not None:
+        out.setdefault(server.config.brokerClusterName, set()).add(server.config.brokerName)
+    return out
+
+
 def cluster_info(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingCommand:
+    routes = server.namesrv.routes
+    brokers = {name: routes.broker_data(name) for name in routes.brokers}
+    if server.store is not None:
+        brokers[server.config.brokerName] = _broker_data(server)
     body = {
-        "brokerAddrTable": {server.config.brokerName: _broker_data(server)},
-        "clusterAddrTable": {server.config.brokerClusterName: [server.config.brokerName]},
+        "brokerAddrTable": brokers,
+        "clusterAddrTable": {c: sorted(names) for c, names in _clusters(server).items()},
     }
     return cmd.response(ResponseCode.SUCCESS, body=_dumps(body, cmd.version >= V4_9_4))
 
 
+def _all_topics(server: Broker) -> set[str]:
+    local = server.store.topics.topics if server.store is not None else {}
+    return {t for t in local if _routed(server, t)} | set(server.namesrv.routes.topics)
+
+
 def topic_list(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingCommand:
-    assert server.store is not None
-    body = {"topicList": sorted(t for t in server.store.topics.topics if _routed(server, t))}
+    body = {"topicList": sorted(_all_topics(server))}
     return cmd.response(ResponseCode.SUCCESS, body=_dumps(body, True))
 
 
@@ -145,8 +260,13 @@ def sync_order_topics(server: Broker) -> None:
     """TopicConfigManager.updateOrderTopicConfig, which RocketMQ's broker runs with the
     KV table each registration answers: a topic is ``order`` exactly when the
     nameserver's ORDER_TOPIC_CONFIG names it (here at once, registration being local)."""
+    if server.store is not None:  # a nameserver alone: its brokers learn at registration
+        apply_order_topics(server, server.namesrv.kv.get(ORDER_TOPIC_CONFIG))
+
+
+def apply_order_topics(server: Broker, ordered: dict[str, str] | None) -> None:
+    """updateOrderTopicConfig with the table a registration answered."""
     assert server.store is not None
-    ordered = server.namesrv.kv.get(ORDER_TOPIC_CONFIG)
     if ordered is None:  # no such namespace: the registration carries no table
         return
     changed = False
@@ -188,10 +308,12 @@ def kv_list(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingCommand
     return cmd.response(ResponseCode.SUCCESS, body=_dumps({"table": table}, True))
 
 
-def _broker_topic_count(server: Broker, broker_name: str) -> int:
+def _is_local(server: Broker, broker_name: str) -> bool:
+    return server.store is not None and broker_name == server.config.brokerName
+
+
+def _local_topic_count(server: Broker) -> int:
     assert server.store is not None
-    if broker_name != server.config.brokerName:
-        return 0
     return sum(1 for t in server.store.topics.topics if _routed(server, t))
 
 
@@ -199,53 +321,73 @@ def wipe_write_perm(server: Broker, conn: Peer, cmd: RemotingCommand) -> Remotin
     """RouteInfoManager.wipeWritePermOfBrokerByLock: the broker's queues lose the write
     bit in every route; the answer counts the topics touched."""
     name = cmd.ext_fields.get("brokerName", "")
-    count = _broker_topic_count(server, name)
-    if count:
-        server.namesrv.write_wiped.add(name)
+    if _is_local(server, name):
+        count = _local_topic_count(server)
+        if count:
+            server.namesrv.write_wiped.add(name)
+    else:
+        count = server.namesrv.routes.set_write_perm(name, writable=False)
     return cmd.response(ResponseCode.SUCCESS, ext_fields={"wipeTopicCount": str(count)})
 
 
 def add_write_perm(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingCommand:
     name = cmd.ext_fields.get("brokerName", "")
-    count = _broker_topic_count(server, name)
-    server.namesrv.write_wiped.discard(name)
+    if _is_local(server, name):
+        count = _local_topic_count(server)
+        server.namesrv.write_wiped.discard(name)
+    else:
+        count = server.namesrv.routes.set_write_perm(name, writable=True)
     return cmd.response(ResponseCode.SUCCESS, ext_fields={"addTopicCount": str(count)})
 
 
 def delete_topic_route(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingCommand:
-    assert server.store is not None
+    """deleteTopic: from every broker, or (``clusterName`` given) that cluster's."""
     cmd.require("topic")
-    server.namesrv.deleted_routes[cmd.ext_fields["topic"]] = server.store.topics.version.counter
+    topic, cluster = cmd.ext_fields["topic"], cmd.ext_fields.get("clusterName")
+    if server.store is not None and cluster in (None, "", server.config.brokerClusterName):
+        server.namesrv.deleted_routes[topic] = server.store.topics.version.counter
+    server.namesrv.routes.delete_topic(topic, cluster)
     return cmd.response(ResponseCode.SUCCESS)
 
 
 def topics_by_cluster(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingCommand:
-    assert server.store is not None
     cluster = cmd.ext_fields.get("cluster", "")
-    topics: list[str] = []
-    if cluster == server.config.brokerClusterName:
-        topics = sorted(t for t in server.store.topics.topics if _routed(server, t))
-    return cmd.response(ResponseCode.SUCCESS, body=_dumps({"topicList": topics}, True))
+    topics: set[str] = set()
+    if server.store is not None and cluster == server.config.brokerClusterName:
+        topics = {t for t in server.store.topics.topics if _routed(server, t)}
+    routes = server.namesrv.routes
+    names = routes.clusters.get(cluster, set())
+    topics |= {t for t, by_broker in routes.topics.items() if names & by_broker.keys()}
+    return cmd.response(ResponseCode.SUCCESS, body=_dumps({"topicList": sorted(topics)}, True))
 
 
 def system_topics(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingCommand:
     """RouteInfoManager.getSystemTopicList: cluster and broker names, and a broker address."""
-    body = {
-        "brokerAddr": server.broker_addr,
-        "topicList": sorted({server.config.brokerClusterName, server.config.brokerName}),
-    }
+    names: set[str] = set()
+    for cluster, brokers in _clusters(server).items():
+        names |= {cluster, *brokers}
+    body: dict[str, Any] = {"topicList": sorted(names)}
+    addr = server.broker_addr or next(
+        (a for e in server.namesrv.routes.brokers.values() for a in e.addrs.values()), None
+    )
+    if addr:
+        body["brokerAddr"] = addr
     return cmd.response(ResponseCode.SUCCESS, body=_dumps(body, True))
 
 
 def unit_topics(flag: int, without: int) -> Handler:
     def handler(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingCommand:
-        assert server.store is not None
-        topics = sorted(
+        local = server.store.topics.topics if server.store is not None else {}
+        topics = {
             name
-            for name, cfg in server.store.topics.topics.items()
+            for name, cfg in local.items()
             if cfg.topicSysFlag & flag and not cfg.topicSysFlag & without and _routed(server, name)
-        )
-        return cmd.response(ResponseCode.SUCCESS, body=_dumps({"topicList": topics}, True))
+        }
+        for name, by_broker in server.namesrv.routes.topics.items():
+            first = next(iter(by_broker.values()), None)  # RocketMQ reads one queue data
+            if first and first["topicSysFlag"] & flag and not first["topicSysFlag"] & without:
+                topics.add(name)
+        return cmd.response(ResponseCode.SUCCESS, body=_dumps({"topicList": sorted(topics)}, True))
 
     return handler
 

@@ -1,4 +1,5 @@
-"""Start idemp's broker as a child process and wait for its ready line.
+"""Start idemp's broker (or a nameserver alone) as a child process and wait for its
+ready line.
 
 Used by the demo, the tests and the benchmarks: a real process, so a test can kill
 it with SIGKILL and start it again on the same store and ports.
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 READY_PREFIX = "idemp broker ready "
+NAMESRV_READY_PREFIX = "idemp namesrv ready "
 
 
 class BrokerStartError(RuntimeError):
@@ -129,7 +131,15 @@ class BrokerProcess:
             )
         finally:
             log.close()
-        assert self.proc.stdout is not None
+        fields = self._wait_ready(READY_PREFIX, "broker")
+        self.namesrv_port = int(fields["namesrv"].rsplit(":", 1)[1])
+        self.broker_port = int(fields["broker"].rsplit(":", 1)[1])
+        if fields.get("grpc", "off") != "off":
+            self.grpc_port = int(fields["grpc"].rsplit(":", 1)[1])
+        return self
+
+    def _wait_ready(self, prefix: str, what: str) -> dict[str, str]:
+        assert self.proc is not None and self.proc.stdout is not None
         sel = selectors.DefaultSelector()
         sel.register(self.proc.stdout, selectors.EVENT_READ)
         deadline = time.monotonic() + self.start_timeout
@@ -137,24 +147,17 @@ class BrokerProcess:
         while time.monotonic() < deadline:
             if sel.select(timeout=max(0.0, deadline - time.monotonic())):
                 line = self.proc.stdout.readline()
-                if line.startswith(READY_PREFIX) or not line:
+                if line.startswith(prefix) or not line:
                     break
         sel.close()
-        if not line.startswith(READY_PREFIX):
+        if not line.startswith(prefix):
             self.kill()
             raise BrokerStartError(
-                f"broker did not start (exit {self.proc.returncode}); log: {self.log_path}\n"
+                f"{what} did not start (exit {self.proc.returncode}); log: {self.log_path}\n"
                 + self._log_tail()
             )
         self.ready_line = line.strip()
-        fields = dict(
-            part.split("=", 1) for part in line[len(READY_PREFIX) :].split() if "=" in part
-        )
-        self.namesrv_port = int(fields["namesrv"].rsplit(":", 1)[1])
-        self.broker_port = int(fields["broker"].rsplit(":", 1)[1])
-        if fields.get("grpc", "off") != "off":
-            self.grpc_port = int(fields["grpc"].rsplit(":", 1)[1])
-        return self
+        return dict(part.split("=", 1) for part in line[len(prefix) :].split() if "=" in part)
 
     @property
     def grpc_addr(self) -> str:
@@ -191,3 +194,31 @@ class BrokerProcess:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+class NamesrvProcess(BrokerProcess):
+    """``idemp namesrv`` as a child process: a nameserver that outlives its brokers.
+    ``store`` holds its KV config; a restart keeps the port."""
+
+    def start(self) -> NamesrvProcess:
+        self.store.mkdir(parents=True, exist_ok=True)
+        cmd = [sys.executable, "-m", "idemp", "namesrv", "--log-level", "INFO"]
+        cmd += ["--listen-port", str(self.namesrv_port)]
+        cmd += ["--kv-config", str(self.store / "kvConfig.json")]
+        log = open(self.log_path, "a", encoding="utf-8")
+        try:
+            self.proc = subprocess.Popen(
+                cmd,
+                stdout=subprocess.PIPE,
+                stderr=log,
+                text=True,
+                env={**os.environ, PARENT_ENV: str(os.getpid())},
+            )
+        finally:
+            log.close()
+        fields = self._wait_ready(NAMESRV_READY_PREFIX, "nameserver")
+        self.namesrv_port = int(fields["namesrv"].rsplit(":", 1)[1])
+        return self
+
+    def __enter__(self) -> NamesrvProcess:
+        return self.start()

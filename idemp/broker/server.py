@@ -267,6 +267,7 @@ class BrokerServer:
         self.boot_ms = int(time.time() * 1000)
         self.grpc_addr = ""
         self.grpc: Any = None  # v5.endpoint.GrpcEndpoint once started
+        self.registrar: Any = None  # registrar.Registrar without an embedded nameserver
         self.tls = ServerTls(config)  # a bad tls.* setting fails here, before the start
 
     # --- life cycle ----------------------------------------------------------------
@@ -311,8 +312,10 @@ class BrokerServer:
             reply,
         ):
             module.register(self.broker_handlers)
-        namesrv.register(self.namesrv_handlers)
-        namesrv.sync_order_topics(self)
+        embedded = self.config.embeddedNamesrv
+        if embedded:
+            namesrv.register(self.namesrv_handlers)
+            namesrv.sync_order_topics(self)
         loop = asyncio.get_running_loop()
         bind = self.config.bindAddress
         broker = await loop.create_server(
@@ -325,15 +328,11 @@ class BrokerServer:
         self.config.listenPort = port
         self.store.store_host = (self.config.brokerIP1, port)
         self.broker_addr = f"{self.config.brokerIP1}:{port}"
-        ns_host, ns_port = self.config.namesrv_host_port
-        ns = await loop.create_server(
-            lambda: Connection(self, self.namesrv_handlers, "namesrv"),
-            bind if ns_host in ("127.0.0.1", "localhost", "0.0.0.0") else ns_host,
-            ns_port,
-            reuse_address=True,
-        )
-        self.namesrv_addr = f"{ns_host}:{ns.sockets[0].getsockname()[1]}"
-        self.servers = [broker, ns]
+        self.servers = [broker]
+        if embedded:
+            self.namesrv_addr = await self._listen_namesrv(bind)
+        else:
+            self.namesrv_addr = ";".join(self.config.namesrv_addrs)
         await self._start_fast_port(bind, asked_port)
         self.scheduler = schedule.ScheduleService(self)
         self.timer = TimerService(self)
@@ -346,6 +345,8 @@ class BrokerServer:
             loop.create_task(self._sample_stats()),
             loop.create_task(self._check_disk()),
         ]
+        if embedded:
+            self._tasks.append(loop.create_task(self._scan_brokers()))
         if not self.config.sync_flush:
             self._tasks.append(loop.create_task(self._async_flush()))
         if grpc_port >= 0:
@@ -361,6 +362,36 @@ class BrokerServer:
         if self.acl is not None:
             watch = AclFileWatch(self.acl, lambda acl: setattr(self, "acl", acl))
             self._tasks.append(loop.create_task(watch.run()))
+        if not embedded:  # last: the nameservers hear of the broker once it serves
+            from .registrar import Registrar
+
+            self.registrar = Registrar(self, self.opaques)
+            try:
+                await self.registrar.start()
+            except BaseException:
+                self.registrar = None
+                await self.stop()
+                raise
+            self._tasks.append(loop.create_task(self.registrar.run()))
+
+    async def _listen_namesrv(self, bind: str | None) -> str:
+        ns_host, ns_port = self.config.namesrv_host_port
+        loop = asyncio.get_running_loop()
+        ns = await loop.create_server(
+            lambda: Connection(self, self.namesrv_handlers, "namesrv"),
+            bind if ns_host in ("127.0.0.1", "localhost", "0.0.0.0") else ns_host,
+            ns_port,
+            reuse_address=True,
+        )
+        self.servers.append(ns)
+        return f"{ns_host}:{ns.sockets[0].getsockname()[1]}"
+
+    async def _scan_brokers(self) -> None:
+        """NamesrvController's scan: registered brokers silent for two minutes go."""
+        while True:
+            await asyncio.sleep(10.0)
+            for addr in self.namesrv.routes.expire(time.monotonic()):
+                log.info("namesrv: broker %s not registered for 120 s, removed", addr)
 
     async def _start_fast_port(self, bind: str | None, port: int) -> None:
         """RocketMQ's "VIP channel": the same requests but pulls on listenPort - 2, where a
@@ -393,6 +424,9 @@ class BrokerServer:
                 self.store.stats.sample()
 
     async def stop(self) -> None:
+        if self.registrar is not None:
+            registrar, self.registrar = self.registrar, None
+            await registrar.stop()
         if self.grpc is not None:
             await self.grpc.stop()
             self.grpc = None
@@ -450,6 +484,9 @@ class BrokerServer:
 
     # --- events --------------------------------------------------------------------
     def on_connection_closed(self, conn: Connection) -> None:
+        if conn.role == "namesrv":
+            self.namesrv.routes.connection_closed(conn)
+            return
         self.holds.cancel_where(lambda p: p.owner is conn)
         for group in self.clients.channel_closed(conn):
             self.notify_consumer_ids_changed(group)

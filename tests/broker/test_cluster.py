@@ -1,0 +1,242 @@
+"""Clusters of several brokers: ``idemp broker --no-namesrv`` registers with a nameserver
+(another broker's embedded one, or ``idemp namesrv``) as RocketMQ's broker does, and the
+nameserver merges the routes. Compared with RocketMQ 4.9.7: its brokers registered with
+idemp's nameserver and idemp's broker with its nameserver, mqadmin's clusterList and
+topicRoute alike (docs/broker.md, "Several brokers").
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from idemp.broker.process import BrokerProcess, NamesrvProcess
+from idemp.client import ClientSettings, ConsumeFrom, ConsumerSettings, OutMessage, Producer
+from idemp.message import Message
+from idemp.remoting import RequestCode, ResponseCode, jsonlenient
+from idemp.runners import ConcurrentRunner
+from tests.broker.rawclient import RawClient
+from tests.client.conftest import wait_for
+
+pytestmark = pytest.mark.idemp_only("starts idemp's brokers with --no-namesrv")
+
+TOPIC, QUEUES = "ClusterT", 4
+
+
+def _route(namesrv: str, topic: str) -> dict[str, object] | None:
+    with RawClient(namesrv) as c:
+        answer = c.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic})
+    if answer.code == ResponseCode.TOPIC_NOT_EXIST:
+        return None
+    assert answer.code == ResponseCode.SUCCESS, answer.remark
+    route: dict[str, object] = jsonlenient.loads(answer.body)
+    return route
+
+
+def _brokers_of(namesrv: str, topic: str) -> list[str]:
+    route = _route(namesrv, topic)
+    if route is None:
+        return []
+    return sorted(qd["brokerName"] for qd in route["queueDatas"])  # type: ignore[attr-defined]
+
+
+def _cluster(namesrv: str) -> dict[str, object]:
+    with RawClient(namesrv) as c:
+        answer = c.request(RequestCode.GET_BROKER_CLUSTER_INFO, {})
+    assert answer.code == ResponseCode.SUCCESS
+    info: dict[str, object] = jsonlenient.loads(answer.body)
+    return info
+
+
+def _create_topic(broker: BrokerProcess) -> None:
+    with RawClient(broker.broker_addr) as c:
+        assert c.create_topic(TOPIC, QUEUES).code == ResponseCode.SUCCESS
+
+
+@pytest.fixture
+def namesrv(tmp_path: Path) -> Iterator[NamesrvProcess]:
+    proc = NamesrvProcess(tmp_path / "namesrv").start()
+    yield proc
+    proc.stop()
+
+
+def _joining(make_broker: Callable[..., BrokerProcess], namesrv: str, name: str) -> BrokerProcess:
+    return make_broker(namesrvAddr=namesrv, embeddedNamesrv="false", brokerName=name)
+
+
+def test_a_broker_joins_another_ones_nameserver(
+    make_broker: Callable[..., BrokerProcess],
+) -> None:
+    a = make_broker()
+    b = _joining(make_broker, a.namesrv_addr, "broker-b")
+    assert b.ready_line.split()[3] == f"namesrv={a.namesrv_addr}"
+    for broker in (a, b):
+        _create_topic(broker)
+    route = _route(a.namesrv_addr, TOPIC)
+    assert route is not None
+    assert route["brokerDatas"] == [
+        {
+            "brokerAddrs": {"0": a.broker_addr},
+            "brokerName": "broker-a",
+            "cluster": "DefaultCluster",
+        },
+        {
+            "brokerAddrs": {"0": b.broker_addr},
+            "brokerName": "broker-b",
+            "cluster": "DefaultCluster",
+        },
+    ]
+    assert [(q["brokerName"], q["writeQueueNums"]) for q in route["queueDatas"]] == [  # type: ignore[attr-defined]
+        ("broker-a", QUEUES),
+        ("broker-b", QUEUES),
+    ]
+    info = _cluster(a.namesrv_addr)
+    assert info["clusterAddrTable"] == {"DefaultCluster": ["broker-a", "broker-b"]}
+    assert sorted(info["brokerAddrTable"]) == ["broker-a", "broker-b"]  # type: ignore[call-overload]
+
+    # a client sends to all eight queues and a consumer reads each message once
+    producer = Producer(a.namesrv_addr, "cluster-p").start()
+    try:
+        queues = producer.publish_queues(TOPIC)
+        assert sorted({(q.broker_name, q.queue_id) for q in queues}) == [
+            (n, i) for n in ("broker-a", "broker-b") for i in range(QUEUES)
+        ]
+        sent = [producer.send(OutMessage(TOPIC, f"m{i}".encode())) for i in range(40)]
+    finally:
+        producer.shutdown()
+    assert Counter(r.queue.broker_name for r in sent) == {"broker-a": 20, "broker-b": 20}
+    got: list[tuple[str, str]] = []
+    lock = threading.Lock()
+
+    def listener(message: Message) -> None:
+        with lock:
+            got.append((str(message.broker_name), message.body.decode()))
+
+    runner = ConcurrentRunner(
+        listener,
+        settings=ConsumerSettings(group="cluster-g", consume_from=ConsumeFrom.FIRST_OFFSET),
+        client=ClientSettings(namesrv_addr=a.namesrv_addr),
+    )
+    runner.subscribe(TOPIC)
+    runner.start()
+    try:
+        wait_for(lambda: len(got) >= 40, 30, "40 messages consumed")
+    finally:
+        runner.shutdown()
+    assert sorted(body for _, body in got) == sorted(f"m{i}" for i in range(40))
+    assert Counter(name for name, _ in got) == {"broker-a": 20, "broker-b": 20}
+
+    # a clean stop unregisters: the route is broker-a's alone at once
+    assert b.stop() == 0
+    assert _brokers_of(a.namesrv_addr, TOPIC) == ["broker-a"]
+    assert _cluster(a.namesrv_addr)["clusterAddrTable"] == {"DefaultCluster": ["broker-a"]}
+
+
+def test_a_killed_broker_leaves_the_routes_and_sends_go_to_the_others(
+    make_broker: Callable[..., BrokerProcess], namesrv: NamesrvProcess
+) -> None:
+    a = _joining(make_broker, namesrv.namesrv_addr, "broker-a")
+    b = _joining(make_broker, namesrv.namesrv_addr, "broker-b")
+    for broker in (a, b):
+        _create_topic(broker)
+    assert _brokers_of(namesrv.namesrv_addr, TOPIC) == ["broker-a", "broker-b"]
+    producer = Producer(namesrv.namesrv_addr, "failover-p").start()
+    try:
+        assert len(producer.publish_queues(TOPIC)) == 2 * QUEUES
+        b.kill()
+        # the nameserver drops a broker whose connection closed (onChannelDestroy)
+        wait_for(lambda: _brokers_of(namesrv.namesrv_addr, TOPIC) == ["broker-a"], 10, "b gone")
+        sent = [producer.send(OutMessage(TOPIC, f"f{i}".encode())) for i in range(20)]
+    finally:
+        producer.shutdown()
+    assert {r.queue.broker_name for r in sent} == {"broker-a"}
+
+    # started again on its store, it registers and its queues come back
+    b.start()
+    assert _brokers_of(namesrv.namesrv_addr, TOPIC) == ["broker-a", "broker-b"]
+
+
+def test_the_nameserver_alone_answers_no_route_and_an_empty_cluster(
+    namesrv: NamesrvProcess,
+) -> None:
+    assert _route(namesrv.namesrv_addr, TOPIC) is None
+    assert _cluster(namesrv.namesrv_addr) == {"brokerAddrTable": {}, "clusterAddrTable": {}}
+
+
+def test_a_second_broker_under_the_same_name_is_refused_at_start(
+    make_broker: Callable[..., BrokerProcess], tmp_path: Path
+) -> None:
+    a = make_broker()
+    out = subprocess.run(
+        [sys.executable, "-m", "idemp", "broker", "--no-namesrv", "-n", a.namesrv_addr]
+        + ["--listen-port", "0", "--grpc-port", "-1", "--store", str(tmp_path / "dup")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 2
+    assert (
+        f"nameserver {a.namesrv_addr} refused the registration: brokerName broker-a is this "
+        f"nameserver's own broker ({a.broker_addr})" in out.stderr
+    )
+    assert _cluster(a.namesrv_addr)["clusterAddrTable"] == {"DefaultCluster": ["broker-a"]}
+
+
+def test_a_nameserver_that_is_down_at_start_hears_of_the_broker_once_it_is_up(
+    make_broker: Callable[..., BrokerProcess], tmp_path: Path
+) -> None:
+    """As RocketMQ's broker: it starts anyway and registers at its next round."""
+    namesrv = NamesrvProcess(tmp_path / "ns")
+    namesrv.namesrv_port = _free_port()
+    b = make_broker(
+        namesrvAddr=namesrv.namesrv_addr,
+        embeddedNamesrv="false",
+        brokerName="broker-b",
+        registerNameServerPeriod=10_000,
+    )
+    _create_topic(b)
+    with namesrv:
+        wait_for(
+            lambda: _brokers_of(namesrv.namesrv_addr, TOPIC) == ["broker-b"],
+            25,
+            "the broker's next registration round (10 s)",
+        )
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def test_the_nameserver_keeps_the_kv_config_a_registration_answers_with(
+    make_broker: Callable[..., BrokerProcess], namesrv: NamesrvProcess
+) -> None:
+    """RocketMQ's order config: a topic the nameserver's ORDER_TOPIC_CONFIG names is
+    made ``order`` on the broker by the registration's answer."""
+    with RawClient(namesrv.namesrv_addr) as c:
+        put = c.request(
+            RequestCode.PUT_KV_CONFIG,
+            {"namespace": "ORDER_TOPIC_CONFIG", "key": TOPIC, "value": "broker-b:4"},
+        )
+        assert put.code == ResponseCode.SUCCESS
+    b = _joining(make_broker, namesrv.namesrv_addr, "broker-b")
+    _create_topic(b)  # the topic change registers at once; the answer sets the flag
+
+    def order_flag() -> bool:
+        with RawClient(b.broker_addr) as c:
+            answer = c.request(RequestCode.GET_ALL_TOPIC_CONFIG, {})
+        table = json.loads(answer.body)["topicConfigTable"]
+        return bool(table[TOPIC]["order"])
+
+    wait_for(order_flag, 10, "the order flag set from the registration's answer")
