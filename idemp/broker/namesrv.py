@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from idemp.remoting import RemotingCommand, RequestCode, ResponseCode
 from idemp.remoting.codes import DEFAULT_TOPIC, Perm
+from idemp.remoting.javahash import hash_map_order
 
 from .config import read_properties
 from .kvconfig import ORDER_TOPIC_CONFIG
@@ -85,7 +86,8 @@ def _broker_data(server: Broker) -> dict[str, Any]:
 def route_info(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingCommand:
     cmd.require("topic")
     topic = cmd.ext_fields["topic"]
-    queue_datas, broker_datas = [], []
+    queue_datas: list[dict[str, Any]] = []
+    broker_datas: list[dict[str, Any]] = []
     tcfg = None
     if server.store is not None and _routed(server, topic):
         tcfg = server.store.topics.get(topic)
@@ -113,6 +115,10 @@ def route_info(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingComm
             ResponseCode.TOPIC_NOT_EXIST,
             f"No topic route info in name server for the topic: {topic}{FAQ}",
         )
+    # pickupTopicRouteData lists both from hash maps keyed by broker name
+    order = {n: i for i, n in enumerate(hash_map_order(q["brokerName"] for q in queue_datas))}
+    queue_datas.sort(key=lambda q: order[q["brokerName"]])
+    broker_datas.sort(key=lambda b: order[b["brokerName"]])
     standard = cmd.version >= V4_9_4 or cmd.field_bool("acceptStandardJsonOnly")
     body: dict[str, Any] = {
         "brokerDatas": broker_datas,

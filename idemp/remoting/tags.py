@@ -2,16 +2,9 @@
 
 from __future__ import annotations
 
+from .javahash import java_string_hash
+
 SUB_ALL = "*"
-
-
-def java_string_hash(text: str) -> int:
-    """Java ``String.hashCode`` over UTF-16 code units, as a signed int32."""
-    h = 0
-    data = text.encode("utf-16-be")
-    for i in range(0, len(data), 2):
-        h = (31 * h + ((data[i] << 8) | data[i + 1])) & 0xFFFFFFFF
-    return h - (1 << 32) if h & 0x80000000 else h
 
 
 def tags_code(tags: str | None) -> int:

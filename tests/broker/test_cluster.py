@@ -81,21 +81,15 @@ def test_a_broker_joins_another_ones_nameserver(
         _create_topic(broker)
     route = _route(a.namesrv_addr, TOPIC)
     assert route is not None
+    # in the order of RocketMQ's hash maps (its nameserver lists broker-b first too)
     assert route["brokerDatas"] == [
-        {
-            "brokerAddrs": {"0": a.broker_addr},
-            "brokerName": "broker-a",
-            "cluster": "DefaultCluster",
-        },
-        {
-            "brokerAddrs": {"0": b.broker_addr},
-            "brokerName": "broker-b",
-            "cluster": "DefaultCluster",
-        },
+        {"brokerAddrs": {"0": addr}, "brokerName": name, "cluster": "DefaultCluster"}
+        for name, addr in (("broker-b", b.broker_addr), ("broker-a", a.broker_addr))
     ]
-    assert [(q["brokerName"], q["writeQueueNums"]) for q in route["queueDatas"]] == [  # type: ignore[attr-defined]
-        ("broker-a", QUEUES),
+    queue_datas: list[dict[str, object]] = route["queueDatas"]  # type: ignore[assignment]
+    assert [(q["brokerName"], q["writeQueueNums"]) for q in queue_datas] == [
         ("broker-b", QUEUES),
+        ("broker-a", QUEUES),
     ]
     info = _cluster(a.namesrv_addr)
     assert info["clusterAddrTable"] == {"DefaultCluster": ["broker-a", "broker-b"]}

@@ -197,7 +197,8 @@ def test_guarded_fifo_a_held_transition_holds_back_only_its_ride(
     names: Callable[[str], str],
     tmp_path: Path,
 ) -> None:
-    from idemp.broker.v5.service import consistent_hash, java_hash
+    from idemp.broker.v5.service import consistent_hash
+    from idemp.remoting.javahash import java_string_hash as java_hash
 
     topic, group = names("F"), names("GF")
     assert admin.create_topic(topic, 4, attributes="+message.type=FIFO").code == 0

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from idemp.broker.v5.service import consistent_hash, java_hash
+from idemp.broker.v5.service import consistent_hash
+from idemp.remoting.javahash import java_string_hash as java_hash
 from tests.broker.rawclient import RawClient
 
 from .conftest import Client5, Endpoint5

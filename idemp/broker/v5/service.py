@@ -21,6 +21,7 @@ import grpc
 from google.protobuf.duration_pb2 import Duration
 
 from idemp.remoting.codes import TRANS_HALF_TOPIC, MessageSysFlag, Prop
+from idemp.remoting.javahash import java_string_hash
 from idemp.remoting.message import MessageExt, MessageFormatError
 from idemp.remoting.sql92 import SelectorError, compile_selector
 
@@ -99,15 +100,6 @@ def _duration(ms: int) -> Duration:
 
 def _ms(d: Any) -> int:
     return int(d.seconds) * 1000 + int(d.nanos) // 1_000_000
-
-
-def java_hash(text: str) -> int:
-    """Java's ``String.hashCode`` (UTF-16 code units), as a signed 32-bit int."""
-    h = 0
-    data = text.encode("utf-16-be")
-    for i in range(0, len(data), 2):
-        h = (31 * h + (data[i] << 8 | data[i + 1])) & 0xFFFFFFFF
-    return h - (1 << 32) if h >= 1 << 31 else h
 
 
 def consistent_hash(value: int, buckets: int) -> int:
@@ -505,7 +497,7 @@ class MessagingService:
         if len(request.messages) == 1:
             group = request.messages[0].system_properties.message_group
         if group:
-            return consistent_hash(java_hash(group), writable)
+            return consistent_hash(java_string_hash(group), writable)
         self._rr += 1
         return self._rr % writable
 
