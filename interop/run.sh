@@ -34,7 +34,8 @@ WORK=$(mktemp -d)
 BROKER=$!
 HOLD=
 ACL_BROKER=
-trap 'kill $HOLD $BROKER $ACL_BROKER 2>/dev/null; wait $BROKER $ACL_BROKER 2>/dev/null; rm -rf "$WORK"' EXIT
+CLUSTER=
+trap 'kill $HOLD $BROKER $ACL_BROKER $CLUSTER 2>/dev/null; wait $BROKER $ACL_BROKER $CLUSTER 2>/dev/null; rm -rf "$WORK"' EXIT
 for _ in $(seq 100); do grep -q "idemp broker ready" "$WORK/broker.log" && break; sleep 0.2; done
 grep -q "idemp broker ready" "$WORK/broker.log" || { cat "$WORK/broker.log"; exit 1; }
 # idemp.bin: the Java features' "mixed" runs idemp's consumer beside a Java one in one group
@@ -114,5 +115,49 @@ if grep -q "idemp broker ready" "$WORK/aclbroker.log"; then
         | sed 's/^/idemp broker with ACL: /' || rc=1
 else
     cat "$WORK/aclbroker.log"; rc=1
+fi
+# Several brokers: a RocketMQ 4.9.7 broker and an idemp broker (--no-namesrv) registered
+# with idemp namesrv; mqadmin lists both, creates a topic on both, and the Java push
+# consumer reads every message of it once across the two.
+if [ -f "$REALRMQ_HOME/bin/env.sh" ]; then
+    CL_NS=$(free_port); CL_IDEMP=$(free_broker_port); CL_REAL=$(free_broker_port)
+    mkdir -p "$WORK/cluster"
+    .venv/bin/idemp namesrv --listen-port "$CL_NS" --kv-config "$WORK/cluster/kvConfig.json" \
+        > "$WORK/cluster/namesrv.log" 2>&1 &
+    CLUSTER="$!"
+    for _ in $(seq 100); do grep -q "idemp namesrv ready" "$WORK/cluster/namesrv.log" && break; sleep 0.2; done
+    .venv/bin/idemp broker --no-namesrv -n "127.0.0.1:$CL_NS" --listen-port "$CL_IDEMP" \
+        --broker-name broker-i --store "$WORK/cluster/idemp" --grpc-port -1 > "$WORK/cluster/idemp.log" 2>&1 &
+    CLUSTER="$CLUSTER $!"
+    printf '%s\n' brokerClusterName=DefaultCluster brokerName=broker-r brokerId=0 \
+        "listenPort=$CL_REAL" "namesrvAddr=127.0.0.1:$CL_NS" brokerIP1=127.0.0.1 \
+        "storePathRootDir=$WORK/cluster/real" "storePathCommitLog=$WORK/cluster/real/commitlog" \
+        > "$WORK/cluster/real.conf"
+    (
+        # shellcheck disable=SC1091
+        . "$REALRMQ_HOME/bin/env.sh"
+        # shellcheck disable=SC2086
+        exec "$JAVA" $COMMON_OPTS -Duser.home="$WORK/cluster" -cp "$CP" \
+            org.apache.rocketmq.broker.BrokerStartup -c "$WORK/cluster/real.conf"
+    ) > "$WORK/cluster/real.log" 2>&1 &
+    CLUSTER="$CLUSTER $!"
+    MQADMIN=(java -Duser.home="$WORK" -cp "$REALRMQ_HOME/lib/*" org.apache.rocketmq.tools.command.MQAdminStartup)
+    brokers=
+    for _ in $(seq 40); do
+        brokers=$("${MQADMIN[@]}" clusterList -n "127.0.0.1:$CL_NS" 2>/dev/null | awk '$2 ~ /^broker-/ {print $2}' | sort | tr '\n' ' ') || true
+        [ "$brokers" = "broker-i broker-r " ] && break
+        sleep 1
+    done
+    echo "several brokers: clusterList: $brokers"
+    [ "$brokers" = "broker-i broker-r " ] || rc=1
+    "${MQADMIN[@]}" updateTopic -n "127.0.0.1:$CL_NS" -c DefaultCluster -t TopicCluster -r 2 -w 2 > /dev/null 2>&1 || rc=1
+    out=$("${JAVA_RUN[@]}" PushCount "127.0.0.1:$CL_NS" TopicCluster GCluster 100 concurrent 120 2>/dev/null | grep '^mode=') || rc=1
+    echo "several brokers: $out"
+    queues=$("${MQADMIN[@]}" topicStatus -n "127.0.0.1:$CL_NS" -t TopicCluster 2>/dev/null | awk '$1 ~ /^broker-/ {print $1}' | sort | uniq -c | awk '{print $2 "=" $1}' | tr '\n' ' ') || true
+    echo "several brokers: topicStatus queues: $queues"
+    [ "$queues" = "broker-i=2 broker-r=2 " ] || rc=1
+else
+    echo "several brokers: $REALRMQ_HOME/bin/env.sh missing (a realrmq build has it); not run"
+    rc=1
 fi
 exit $rc
