@@ -7,7 +7,7 @@ import asyncio
 import logging
 import signal
 import sys
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from .config import BrokerConfig, ConfigError, load_config
@@ -122,28 +122,38 @@ def run_loop(main: Coroutine[Any, Any, int]) -> int:
 
 
 async def _serve(config: BrokerConfig) -> int:
+    def ready(server: BrokerServer) -> str:
+        assert server.store is not None
+        return (
+            f"idemp broker ready namesrv={server.namesrv_addr} broker={server.broker_addr} "
+            f"grpc={server.grpc_addr or 'off'} "
+            f"store={config.storePathRootDir} flush={config.flushDiskType} "
+            f"recovered={server.store.recovered_messages}"
+        )
+
+    return await serve("broker", lambda: BrokerServer(config), ready)
+
+
+async def serve(
+    name: str, make: Callable[[], BrokerServer], ready: Callable[[BrokerServer], str]
+) -> int:
+    """Start, print the ready line, run until SIGTERM or SIGINT, stop: ``idemp broker``
+    and ``idemp namesrv`` alike. A port taken exits 1, a bad setting 2."""
     try:
-        server = BrokerServer(config)
+        server = make()
         await server.start()
     except OSError as exc:
-        print(f"idemp broker: cannot listen: {exc}", file=sys.stderr)
+        print(f"idemp {name}: cannot listen: {exc}", file=sys.stderr)
         return 1
     except ConfigError as exc:  # the ACL file and the TLS settings, checked at start
-        print(f"idemp broker: {exc}", file=sys.stderr)
+        print(f"idemp {name}: {exc}", file=sys.stderr)
         return 2
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    assert server.store is not None
-    print(
-        f"idemp broker ready namesrv={server.namesrv_addr} broker={server.broker_addr} "
-        f"grpc={server.grpc_addr or 'off'} "
-        f"store={config.storePathRootDir} flush={config.flushDiskType} "
-        f"recovered={server.store.recovered_messages}",
-        flush=True,
-    )
+    print(ready(server), flush=True)
     await stop.wait()
     await server.stop()
-    print("idemp broker stopped", flush=True)
+    print(f"idemp {name} stopped", flush=True)
     return 0

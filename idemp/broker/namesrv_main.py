@@ -11,14 +11,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import signal
 import sys
 from pathlib import Path
 
 from . import namesrv
-from .config import BrokerConfig, ConfigError
+from .config import BrokerConfig
 from .kvconfig import NamesrvState
-from .main import run_loop
+from .main import run_loop, serve
 from .process import arm_from_environment
 from .server import BrokerServer
 
@@ -66,21 +65,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 async def _serve(port: int, bind: str, kv_config: Path) -> int:
-    server = NamesrvServer(port, bind, kv_config)
-    try:
-        await server.start()
-    except OSError as exc:
-        print(f"idemp namesrv: cannot listen: {exc}", file=sys.stderr)
-        return 1
-    except ConfigError as exc:
-        print(f"idemp namesrv: {exc}", file=sys.stderr)
-        return 2
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    print(f"idemp namesrv ready namesrv={server.namesrv_addr} kv={kv_config}", flush=True)
-    await stop.wait()
-    await server.stop()
-    print("idemp namesrv stopped", flush=True)
-    return 0
+    return await serve(
+        "namesrv",
+        lambda: NamesrvServer(port, bind, kv_config),
+        lambda server: f"idemp namesrv ready namesrv={server.namesrv_addr} kv={kv_config}",
+    )

@@ -119,6 +119,15 @@ class BrokerProcess:
         cmd = [sys.executable, "-m", "idemp", "broker", "--log-level", "INFO"]
         for key, value in props.items():
             cmd += ["-p", f"{key}={value}"]
+        fields = self._spawn(cmd, READY_PREFIX, "broker")
+        self.namesrv_port = int(fields["namesrv"].rsplit(":", 1)[1])
+        self.broker_port = int(fields["broker"].rsplit(":", 1)[1])
+        if fields.get("grpc", "off") != "off":
+            self.grpc_port = int(fields["grpc"].rsplit(":", 1)[1])
+        return self
+
+    def _spawn(self, cmd: list[str], prefix: str, what: str) -> dict[str, str]:
+        """Start ``cmd`` (stderr appended to the log), and return its ready line's fields."""
         self.store.mkdir(parents=True, exist_ok=True)
         log = open(self.log_path, "a", encoding="utf-8")
         try:
@@ -131,15 +140,7 @@ class BrokerProcess:
             )
         finally:
             log.close()
-        fields = self._wait_ready(READY_PREFIX, "broker")
-        self.namesrv_port = int(fields["namesrv"].rsplit(":", 1)[1])
-        self.broker_port = int(fields["broker"].rsplit(":", 1)[1])
-        if fields.get("grpc", "off") != "off":
-            self.grpc_port = int(fields["grpc"].rsplit(":", 1)[1])
-        return self
-
-    def _wait_ready(self, prefix: str, what: str) -> dict[str, str]:
-        assert self.proc is not None and self.proc.stdout is not None
+        assert self.proc.stdout is not None
         sel = selectors.DefaultSelector()
         sel.register(self.proc.stdout, selectors.EVENT_READ)
         deadline = time.monotonic() + self.start_timeout
@@ -201,22 +202,10 @@ class NamesrvProcess(BrokerProcess):
     ``store`` holds its KV config; a restart keeps the port."""
 
     def start(self) -> NamesrvProcess:
-        self.store.mkdir(parents=True, exist_ok=True)
         cmd = [sys.executable, "-m", "idemp", "namesrv", "--log-level", "INFO"]
         cmd += ["--listen-port", str(self.namesrv_port)]
         cmd += ["--kv-config", str(self.store / "kvConfig.json")]
-        log = open(self.log_path, "a", encoding="utf-8")
-        try:
-            self.proc = subprocess.Popen(
-                cmd,
-                stdout=subprocess.PIPE,
-                stderr=log,
-                text=True,
-                env={**os.environ, PARENT_ENV: str(os.getpid())},
-            )
-        finally:
-            log.close()
-        fields = self._wait_ready(NAMESRV_READY_PREFIX, "nameserver")
+        fields = self._spawn(cmd, NAMESRV_READY_PREFIX, "nameserver")
         self.namesrv_port = int(fields["namesrv"].rsplit(":", 1)[1])
         return self
 
