@@ -21,11 +21,14 @@ directory, removed afterwards):
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +39,7 @@ REPO = Path(__file__).resolve().parent.parent
 DOCUMENTS = ["README.md", "docs/*.md"]
 LANGUAGES = {"python", "sh", "toml", "text"}
 BLOCK_TIMEOUT_S = 600  # the install page's pip runs take ~30 s; this bounds a hang
+GROUP_STOP_S = 10.0  # a stopped broker persists and exits in well under a second
 
 _PRELUDE = f"""
 make() {{ command make --dry-run --no-print-directory -C {REPO} "$@" >/dev/null; }}
@@ -67,14 +71,35 @@ def _setup(namespace: dict[str, Any]) -> None:
     env = dict(os.environ)
     env["PATH"] = f"{shims}{os.pathsep}{env.get('PATH', '')}"
     env.pop("VIRTUAL_ENV", None)
-    namespace["_docs"] = {"cwd": os.getcwd(), "scratch": scratch, "env": env}
+    namespace["_docs"] = {"cwd": os.getcwd(), "scratch": scratch, "env": env, "groups": []}
     os.chdir(scratch)
 
 
 def _teardown(namespace: dict[str, Any]) -> None:
     state = namespace["_docs"]
+    _stop_groups(state["groups"])
     os.chdir(state["cwd"])
     shutil.rmtree(state["scratch"], ignore_errors=True)
+
+
+def _stop_groups(groups: list[int]) -> None:
+    """What a document's blocks left running (a broker a failed block never stopped):
+    each block runs in a process group of its own, and its background jobs stay in it."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pgid in groups:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pgid, sig)
+        deadline = time.monotonic() + GROUP_STOP_S
+        while time.monotonic() < deadline and any(_alive(g) for g in groups):
+            time.sleep(0.05)
+
+
+def _alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 def _run_sh(example: Example) -> str | None:
@@ -86,14 +111,24 @@ def _run_sh(example: Example) -> str | None:
         # working directory would shadow the package for `python -m idemp`
         clone.symlink_to(REPO)
     script = f"{_PRELUDE}\nset -euo pipefail\n{example.parsed}\nexport -p > {env_file}\n"
-    out = subprocess.run(
+    proc = subprocess.Popen(
         ["bash", "-c", script],
         cwd=state["scratch"],
         env=state["env"],
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=BLOCK_TIMEOUT_S,
+        start_new_session=True,
     )
+    state["groups"].append(proc.pid)
+    try:
+        stdout, stderr = proc.communicate(timeout=BLOCK_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        _stop_groups([proc.pid])
+        stdout, stderr = proc.communicate()
+        head = f"sh block timed out after {BLOCK_TIMEOUT_S} s"
+        return f"{head}\n--- stdout\n{stdout}--- stderr\n{stderr}"
+    out = subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
     if out.returncode != 0:
         return f"sh block exited {out.returncode}\n--- stdout\n{out.stdout}--- stderr\n{out.stderr}"
     state["env"] = _exported(env_file, state["env"])

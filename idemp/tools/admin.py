@@ -8,6 +8,10 @@ broker or to a RocketMQ broker:
 
     idemp admin update-topic --broker 127.0.0.1:10911 --topic Orders --type FIFO
     idemp admin update-sub-group --broker 127.0.0.1:10911 --group billing --fifo
+    idemp admin update-topic --namesrv 127.0.0.1:9876 --cluster DefaultCluster --topic Orders
+
+With ``--namesrv`` and ``--cluster`` (mqadmin's ``-n … -c …``) every master broker of
+the cluster, as the nameserver lists them, gets the request.
 
 A broker with ACL on needs an admin account's IDEMP_ACCESS_KEY and IDEMP_SECRET_KEY;
 IDEMP_USE_TLS=true talks TLS.
@@ -22,7 +26,7 @@ import socket
 import sys
 
 from idemp.client.settings import ClientSettings
-from idemp.remoting import FrameDecoder, RemotingCommand, RequestCode, encode
+from idemp.remoting import FrameDecoder, RemotingCommand, RequestCode, encode, jsonlenient
 
 TYPES = ("NORMAL", "FIFO", "DELAY", "TRANSACTION", "MIXED")
 _opaques = itertools.count(1)
@@ -31,7 +35,7 @@ _opaques = itertools.count(1)
 def add_arguments(p: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="admin_command", required=True)
     topic = sub.add_parser("update-topic", help="create or update a topic (mqadmin updateTopic)")
-    topic.add_argument("--broker", required=True, help="the broker's host:port (remoting)")
+    _where(topic)
     topic.add_argument("--topic", required=True, help="the topic to create or update")
     topic.add_argument("--queues", type=int, default=8, help="read and write queues (default 8)")
     topic.add_argument(
@@ -42,7 +46,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     group = sub.add_parser(
         "update-sub-group", help="create or update a consumer group (mqadmin updateSubGroup)"
     )
-    group.add_argument("--broker", required=True, help="the broker's host:port (remoting)")
+    _where(group)
     group.add_argument("--group", required=True, help="the consumer group to create or update")
     group.add_argument(
         "--fifo", action="store_true", help="a FIFO group for RocketMQ 5 consumers (orderly)"
@@ -50,6 +54,37 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--retry-max", type=int, default=16, help="retryMaxTimes: retries before the DLQ"
     )
+
+
+def _where(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--broker", help="the broker's host:port (remoting)")
+    p.add_argument("--namesrv", help="a nameserver's host:port, with --cluster")
+    p.add_argument("--cluster", help="every master broker of this cluster (mqadmin -c)")
+
+
+def brokers_of(args: argparse.Namespace) -> list[str]:
+    """The addresses a command goes to: ``--broker``, or the masters of ``--cluster``."""
+    if args.broker and not (args.namesrv or args.cluster):
+        return [str(args.broker)]
+    if args.broker or not (args.namesrv and args.cluster):
+        raise ValueError("give --broker, or --namesrv with --cluster")
+    return cluster_masters(args.namesrv, args.cluster)
+
+
+def cluster_masters(namesrv: str, cluster: str) -> list[str]:
+    answer = request(namesrv, _command(RequestCode.GET_BROKER_CLUSTER_INFO, {}))
+    _check(answer, "cluster info")
+    info = jsonlenient.loads(answer.body)
+    names = (info.get("clusterAddrTable") or {}).get(cluster)
+    if not names:
+        raise RuntimeError(f"cluster {cluster} has no broker at nameserver {namesrv}")
+    table = info.get("brokerAddrTable") or {}
+    out = []
+    for name in sorted(names):
+        addr = ((table.get(name) or {}).get("brokerAddrs") or {}).get("0")
+        if addr:  # a broker name with slaves only has no master to create on
+            out.append(str(addr))
+    return out
 
 
 def request(addr: str, cmd: RemotingCommand, timeout: float = 10.0) -> RemotingCommand:
@@ -109,13 +144,23 @@ def _check(answer: RemotingCommand, what: str) -> None:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        if args.admin_command == "update-topic":
-            update_topic(args.broker, args.topic, args.queues, args.type)
-            print(f"topic {args.topic}: {args.queues} queues, type {args.type or 'NORMAL'}")
-        else:
-            update_sub_group(args.broker, args.group, args.fifo, args.retry_max)
-            kind = "FIFO" if args.fifo else "concurrent"
-            print(f"group {args.group}: {kind}, retryMaxTimes {args.retry_max}")
+        brokers = brokers_of(args)
+    except ValueError as exc:
+        print(f"idemp admin: {exc}", file=sys.stderr)
+        return 2
+    except (OSError, RuntimeError) as exc:
+        print(f"idemp admin: {exc}", file=sys.stderr)
+        return 1
+    try:
+        for addr in brokers:
+            if args.admin_command == "update-topic":
+                update_topic(addr, args.topic, args.queues, args.type)
+                what = f"topic {args.topic}: {args.queues} queues, type {args.type or 'NORMAL'}"
+            else:
+                update_sub_group(addr, args.group, args.fifo, args.retry_max)
+                kind = "FIFO" if args.fifo else "concurrent"
+                what = f"group {args.group}: {kind}, retryMaxTimes {args.retry_max}"
+            print(f"{what} on {addr}" if len(brokers) > 1 or not args.broker else what)
     except (OSError, RuntimeError) as exc:
         print(f"idemp admin: {exc}", file=sys.stderr)
         return 1

@@ -234,3 +234,41 @@ def test_the_nameserver_keeps_the_kv_config_a_registration_answers_with(
         return bool(table[TOPIC]["order"])
 
     wait_for(order_flag, 10, "the order flag set from the registration's answer")
+
+
+def _admin(*args: str) -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, "-m", "idemp", "admin", *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+
+
+def test_idemp_admin_creates_on_every_broker_of_a_cluster(
+    make_broker: Callable[..., BrokerProcess], namesrv: NamesrvProcess
+) -> None:
+    a = _joining(make_broker, namesrv.namesrv_addr, "broker-a")
+    b = _joining(make_broker, namesrv.namesrv_addr, "broker-b")
+    where = ["--namesrv", namesrv.namesrv_addr, "--cluster", "DefaultCluster"]
+    done = _admin("update-topic", *where, "--topic", TOPIC, "--queues", "2")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        f"topic {TOPIC}: 2 queues, type NORMAL on {a.broker_addr}",
+        f"topic {TOPIC}: 2 queues, type NORMAL on {b.broker_addr}",
+    ]
+    assert _brokers_of(namesrv.namesrv_addr, TOPIC) == ["broker-a", "broker-b"]
+    done = _admin("update-sub-group", *where, "--group", "billing")
+    assert done.returncode == 0, done.stderr
+    assert len(done.stdout.splitlines()) == 2
+
+    unknown = _admin("update-topic", "--namesrv", namesrv.namesrv_addr, "--cluster", "Nope")
+    assert "the following arguments are required: --topic" in unknown.stderr
+    unknown = _admin(
+        "update-topic", "--namesrv", namesrv.namesrv_addr, "--cluster", "Nope", "--topic", "X"
+    )
+    assert (unknown.returncode, unknown.stderr) == (
+        1,
+        f"idemp admin: cluster Nope has no broker at nameserver {namesrv.namesrv_addr}\n",
+    )
+    both = _admin("update-topic", "--broker", a.broker_addr, *where, "--topic", "X")
+    assert (both.returncode, both.stderr) == (
+        2,
+        "idemp admin: give --broker, or --namesrv with --cluster\n",
+    )
