@@ -50,6 +50,11 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="write bodies (base64 in JSON lines) instead of their SHA-256",
     )
+    export.add_argument(
+        "--broker-name",
+        dest="export_broker",
+        help="the store's broker name, on every row (a cluster's stores: one export each)",
+    )
     from idemp.tools import consume as consume_tool
     from idemp.tools import produce as produce_tool
 
@@ -94,7 +99,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.broker_command == "export":
             from idemp.broker.export import run_export
 
-            return run_export(args.export_store, args.out, args.format, args.with_body)
+            return run_export(
+                args.export_store, args.out, args.format, args.with_body, args.export_broker
+            )
         from idemp.broker.main import run
 
         return run(args)

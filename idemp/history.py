@@ -58,8 +58,9 @@ def kind_of(msg: MessageExt) -> str:
     return "message"
 
 
-def row_of(msg: MessageExt, with_body: bool) -> dict[str, Any]:
-    """One row per stored record; ``msg`` as stored (body not yet decompressed)."""
+def row_of(msg: MessageExt, with_body: bool, broker: str | None = None) -> dict[str, Any]:
+    """One row per stored record; ``msg`` as stored (body not yet decompressed);
+    ``broker``: the name of the broker it is stored on (a queue is broker + queue id)."""
     body = msg.body
     if msg.sys_flag & MessageSysFlag.COMPRESSED:
         try:
@@ -92,6 +93,7 @@ def row_of(msg: MessageExt, with_body: bool) -> dict[str, Any]:
         "retry_topic": props.get(Prop.RETRY_TOPIC),
         "origin_msg_id": props.get(Prop.ORIGIN_MESSAGE_ID),
         "real_topic": props.get(Prop.REAL_TOPIC),
+        "broker": broker,
     }
 
 
@@ -120,6 +122,7 @@ SCHEMA_FIELDS: list[tuple[str, str]] = [
     ("retry_topic", "string"),
     ("origin_msg_id", "string"),
     ("real_topic", "string"),
+    ("broker", "string"),
 ]
 
 

@@ -22,24 +22,31 @@ from .commitlog import scan
 __all__ = ["SCHEMA_FIELDS", "arrow_schema", "export", "kind_of", "row_of", "rows", "run_export"]
 
 
-def rows(store_dir: Path, with_body: bool) -> Iterator[dict[str, Any]]:
+def rows(store_dir: Path, with_body: bool, broker: str | None = None) -> Iterator[dict[str, Any]]:
     for msg in scan(store_dir / "commitlog"):
-        yield row_of(msg, with_body)
+        yield row_of(msg, with_body, broker)
 
 
 def export(
-    store_dir: str | Path, out: str | Path, fmt: str | None = None, with_body: bool = False
+    store_dir: str | Path,
+    out: str | Path,
+    fmt: str | None = None,
+    with_body: bool = False,
+    broker: str | None = None,
 ) -> int:
-    """Write the history; return the number of rows."""
+    """Write the history; return the number of rows. ``broker``: the store's broker name,
+    written on every row (a cluster's exports then tell their queues apart)."""
     store_dir, out = Path(store_dir), Path(out)
     if not (store_dir / "commitlog").is_dir():
         raise FileNotFoundError(f"{store_dir} is not a broker store (no commitlog/ directory)")
-    return write_rows(rows(store_dir, with_body), out, fmt)
+    return write_rows(rows(store_dir, with_body, broker), out, fmt)
 
 
-def run_export(store: str, out: str, fmt: str | None, with_body: bool) -> int:
+def run_export(
+    store: str, out: str, fmt: str | None, with_body: bool, broker: str | None = None
+) -> int:
     try:
-        n = export(store, out, fmt, with_body)
+        n = export(store, out, fmt, with_body, broker)
     except (OSError, ValueError) as exc:
         print(f"idemp broker export: {exc}", file=sys.stderr)
         return 1

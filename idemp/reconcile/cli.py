@@ -19,15 +19,17 @@ from .job import DEFAULT_NAMESPACE, JobConfig, Subscription
 from .loaders import (
     EffectSource,
     InputError,
+    check_brokers,
     export_redis,
     export_sql_table,
     is_jdbc,
+    load_all_offsets,
     load_effects,
     load_history,
     load_jdbc_records,
-    load_offsets,
     load_redis_records,
     map_records,
+    offsets_frame,
     read_table,
     redact,
 )
@@ -62,8 +64,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--offsets",
-        help="consumerOffset.json (RocketMQ's or idemp's broker's), "
-        "or a live broker: broker://HOST:PORT?group=G&topic=T",
+        action="append",
+        default=[],
+        help="consumerOffset.json (RocketMQ's or idemp's broker's), or a live broker: "
+        "broker://HOST:PORT?group=G&topic=T; several brokers: BROKER=PATH (repeatable), "
+        "or a live cluster: namesrv://HOST:PORT?group=G&topic=T",
     )
     p.add_argument("--out", help="output directory")
     p.add_argument(
@@ -214,7 +219,7 @@ def reconcile(args: argparse.Namespace) -> int:
     try:
         fail_on = thresholds(args.fail_on)
         conf = _pairs(args.conf, "--conf")
-        offsets = load_offsets(args.offsets)
+        offsets = load_all_offsets(args.offsets)
         pairs = [tuple(s.rsplit("@", 1)) for s in args.subscription]
         if any(len(p) != 2 or not all(p) for p in pairs):
             raise ValueError("--subscription expects TOPIC@GROUP")
@@ -222,11 +227,12 @@ def reconcile(args: argparse.Namespace) -> int:
             [Subscription.of(g, t, args.namespace_template) for t, g in pairs]
             if pairs
             else [
-                Subscription.of(g, t, args.namespace_template) for g, t in offsets.subscriptions()
+                Subscription.of(g, t, args.namespace_template)
+                for g, t in sorted({gt for o in offsets for gt in o.subscriptions()})
             ]
         )
         if not subs:
-            raise InputError("offsets", args.offsets, "names no subscription (topic@group)")
+            raise InputError("offsets", args.offsets[0], "names no subscription (topic@group)")
         namespaces = [s.namespace for s in subs]
         effect_sources = [EffectSource.parse(e) for e in args.effects]
         for e in effect_sources:
@@ -248,6 +254,7 @@ def reconcile(args: argparse.Namespace) -> int:
         )
         spark = get_session(args.master, args.shuffle_partitions, conf, jdbc_jars=args.jdbc_jars)
         history = _union([load_history(spark, h, need=cfg.history_columns()) for h in args.history])
+        check_brokers(history, offsets)
         records = _union([load_records(spark, r, namespaces, args) for r in args.records])
         effects = (
             _union([load_effects(spark, e, e.namespace or namespaces[0]) for e in effect_sources])
@@ -257,7 +264,7 @@ def reconcile(args: argparse.Namespace) -> int:
         inputs: dict[str, Any] = {
             "history": [report.describe_input(h) for h in args.history],
             "records": [report.describe_input(r, redact(r)) for r in args.records],
-            "offsets": [report.describe_input(args.offsets, redact(args.offsets))],
+            "offsets": [report.describe_input(o, redact(o)) for o in args.offsets],
             "effects": [
                 report.describe_input(e.path, spec)
                 for e, spec in zip(effect_sources, args.effects, strict=True)
@@ -268,7 +275,7 @@ def reconcile(args: argparse.Namespace) -> int:
             history,
             records,
             effects,
-            offsets.to_spark(spark),
+            offsets_frame(spark, offsets),
             cfg,
             out,
             fail_on=fail_on,

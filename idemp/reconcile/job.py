@@ -193,6 +193,7 @@ def attributed_history(
         att_group.alias("att_group"),
         role.alias("role"),
         F.col("topic").alias("copy_topic"),
+        "broker",
         "queue_id",
         "queue_offset",
         "msg_id",
@@ -216,13 +217,18 @@ def attributed_history(
             F.col("group").alias("o_group"),
             F.col("queue_id").alias("o_queue"),
             F.col("offset").alias("committed_offset"),
+            F.col("broker").alias("o_broker"),
         )
     )
+    # A queue is (broker, queue id); an unnamed side stands for the one broker there is
+    # (check_brokers refused the inputs where that would be ambiguous).
+    same_broker = o.o_broker.isNull() | joined.broker.isNull() | (joined.broker == o.o_broker)
     joined = joined.join(
         o,
         (joined.copy_topic == o.o_topic)
         & (joined.group == o.o_group)
-        & (joined.queue_id == o.o_queue),
+        & (joined.queue_id == o.o_queue)
+        & same_broker,
         "left",
     )
     delivered = F.col("role").isin("message", "retry")

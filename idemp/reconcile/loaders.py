@@ -261,10 +261,12 @@ def load_history(
     required = list(HISTORY_REQUIRED) + [(n, t) for n, t in HISTORY_OPTIONAL if n in need]
     optional = [(n, t) for n, t in HISTORY_OPTIONAL if n not in need]
     df = read_table(spark, "history", path, required, optional, fmt)
-    if "visible" not in df.columns:
-        from pyspark.sql import functions as F
+    from pyspark.sql import functions as F
 
+    if "visible" not in df.columns:
         df = df.withColumn("visible", F.lit(True))
+    if "broker" not in df.columns:  # an export of one broker's store, not named
+        df = df.withColumn("broker", F.lit(None).cast("string"))
     return df
 
 
@@ -462,10 +464,12 @@ def load_effects(spark: SparkSession, src: EffectSource, namespace: str) -> Data
 
 @dataclass
 class Offsets:
-    """Committed offsets: (topic, group, queue_id) -> next offset to consume."""
+    """Committed offsets of one broker: (topic, group, queue_id) -> next offset to
+    consume. ``broker``: that broker's name, where the history comes from several."""
 
     table: dict[tuple[str, str, int], int] = field(default_factory=dict)
     source: str = ""
+    broker: str | None = None
 
     def subscriptions(self) -> list[tuple[str, str]]:
         """(group, topic) pairs with stored offsets, ``%RETRY%`` topics left out."""
@@ -475,7 +479,70 @@ class Offsets:
         return [(t, g, q, o) for (t, g, q), o in sorted(self.table.items())]
 
     def to_spark(self, spark: SparkSession) -> DataFrame:
-        return spark.createDataFrame(self.rows(), schema=ddl(OFFSET_FIELDS))
+        return offsets_frame(spark, [self])
+
+
+def offsets_frame(spark: SparkSession, offsets: list[Offsets]) -> DataFrame:
+    rows = [(*row, o.broker) for o in offsets for row in o.rows()]
+    return spark.createDataFrame(rows, schema=ddl(OFFSET_FIELDS))
+
+
+def check_brokers(history: DataFrame, offsets: list[Offsets]) -> None:
+    """A queue is a broker's: refuse the inputs where a record's committed offset would
+    be read from another broker's queue of the same id."""
+    from pyspark.sql import functions as F
+
+    found = [r[0] for r in history.select("broker").distinct().collect()]
+    named = sorted(n for n in found if n is not None)
+    offset_names = sorted(o.broker for o in offsets if o.broker is not None)
+    if len(named) > 1 and not offset_names:
+        raise InputError(
+            "offsets",
+            offsets[0].source,
+            f"is one broker's, and the history holds records of brokers {', '.join(named)}: "
+            "give each broker's offsets (--offsets BROKER=PATH, repeated) or the cluster's "
+            "(namesrv://HOST:PORT?group=G&topic=T)",
+        )
+    if None in found and len(offset_names) > 1:
+        unnamed = history.where(F.col("broker").isNull()).limit(1).count()
+        if unnamed:
+            raise InputError(
+                "history",
+                "--history",
+                f"has records without a broker name, and the offsets are of brokers "
+                f"{', '.join(offset_names)}: export each store with --broker-name (or pull "
+                "the history with idemp history pull, which names them)",
+            )
+
+
+def load_all_offsets(specs: list[str]) -> list[Offsets]:
+    """Every ``--offsets``: a file or a live broker (``NAME=`` before either says which
+    broker its queues are on), or a live cluster, ``namesrv://HOST:PORT?group=G&topic=T``
+    (each broker of the topics' routes, named). Two unnamed sources are ambiguous: their
+    queue ids would collide."""
+    out: list[Offsets] = []
+    for spec in specs:
+        if spec.startswith(NAMESRV_SCHEME):
+            out += load_cluster_offsets(spec)
+            continue
+        name, sep, rest = spec.partition("=")
+        named = sep and name and "/" not in name and ":" not in name
+        loaded = load_offsets(rest if named else spec)
+        if named:
+            loaded.broker = name
+        out.append(loaded)
+    unnamed = [o.source for o in out if o.broker is None]
+    if len(out) > 1 and unnamed:
+        raise InputError(
+            "offsets",
+            unnamed[0],
+            "is one of several; name each broker's offsets: --offsets BROKER=PATH",
+        )
+    names = [o.broker for o in out if o.broker is not None]
+    if len(names) != len(set(names)):
+        dup = next(n for n in names if names.count(n) > 1)
+        raise InputError("offsets", dup, "broker named twice in --offsets")
+    return out
 
 
 def load_offsets(path: str | Path) -> Offsets:
@@ -512,6 +579,7 @@ def load_offsets(path: str | Path) -> Offsets:
 
 
 BROKER_SCHEME = "broker://"
+NAMESRV_SCHEME = "namesrv://"
 
 
 def load_broker_offsets(url: str, timeout: float = 10.0) -> Offsets:
@@ -544,6 +612,59 @@ def load_broker_offsets(url: str, timeout: float = 10.0) -> Offsets:
     if not out.table:
         raise InputError("offsets", url, "the broker has no offsets for these groups and topics")
     return out
+
+
+def load_cluster_offsets(url: str, timeout: float = 10.0) -> list[Offsets]:
+    """``namesrv://HOST:PORT?group=G&topic=T``: the offsets of every master broker in
+    the topics' routes, each named, read as ``broker://`` reads one broker's."""
+    import asyncio
+    from urllib.parse import parse_qs, urlsplit
+
+    parts = urlsplit(url)
+    query = parse_qs(parts.query)
+    groups, topics = query.get("group", []), query.get("topic", [])
+    if not parts.netloc or not groups or not topics:
+        raise InputError(
+            "offsets", url, "expected namesrv://HOST:PORT?group=G&topic=T (group, topic repeatable)"
+        )
+    try:
+        masters = asyncio.run(_route_masters(parts.netloc, topics, timeout))
+    except Exception as exc:  # the client's RemotingError, OSError, a bad answer
+        raise InputError("offsets", url, f"cannot read the routes: {exc}") from exc
+    out = []
+    for name, addr in sorted(masters.items()):
+        try:
+            one = asyncio.run(_query_broker_offsets(addr, groups, topics, [], timeout))
+        except Exception as exc:
+            raise InputError("offsets", url, f"cannot read {name}'s offsets: {exc}") from exc
+        one.source, one.broker = f"{url} ({name} {addr})", name
+        out.append(one)
+    if not any(o.table for o in out):
+        raise InputError("offsets", url, "the cluster has no offsets for these groups and topics")
+    return out
+
+
+async def _route_masters(namesrv: str, topics: list[str], timeout: float) -> dict[str, str]:
+    from idemp.client.settings import ClientSettings
+    from idemp.client.transport import ResponseError, Transport
+    from idemp.remoting import RequestCode, ResponseCode
+
+    settings = ClientSettings()
+    transport = Transport(sign=settings.signer(), tls=settings.tls_context())
+    masters: dict[str, str] = {}
+    try:
+        for topic in topics:
+            req = transport.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic})
+            resp = await transport.invoke(namesrv, req, timeout)
+            if resp.code != ResponseCode.SUCCESS:
+                raise ResponseError(resp.code, resp.remark, f"route of {topic}")
+            for bd in jsonlenient.loads(resp.body).get("brokerDatas") or []:
+                addr = (bd.get("brokerAddrs") or {}).get("0")
+                if addr:
+                    masters[str(bd["brokerName"])] = str(addr)
+        return masters
+    finally:
+        transport.close()
 
 
 async def _query_broker_offsets(

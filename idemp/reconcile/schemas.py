@@ -26,9 +26,11 @@ HISTORY_REQUIRED: list[tuple[str, str]] = [
     ("retry_topic", "string"),
     ("real_topic", "string"),
 ]
-# Read only when the configuration needs them (or present: ``visible``).
+# Read only when the configuration needs them (or present: ``visible``, ``broker``: the
+# broker name a record is stored on, which a cluster of several brokers needs).
 HISTORY_OPTIONAL: list[tuple[str, str]] = [
     ("visible", "boolean"),
+    ("broker", "string"),
     ("properties", "string"),
     ("body", "string"),
 ]
@@ -56,11 +58,13 @@ EFFECT_FIELDS: list[tuple[str, str]] = [("namespace", "string"), ("key", "string
 
 # --- committed consumer offsets (consumerOffset.json / QUERY_CONSUMER_OFFSET) --------
 # ``offset`` is the next offset to consume: messages below it were acknowledged.
+# ``broker``: the broker name the queue is on (null: one broker, not named).
 OFFSET_FIELDS: list[tuple[str, str]] = [
     ("topic", "string"),
     ("group", "string"),
     ("queue_id", "int"),
     ("offset", "bigint"),
+    ("broker", "string"),
 ]
 
 # --- classes ---------------------------------------------------------------------------

@@ -198,7 +198,7 @@ class HistoryPuller:
                 start, stop = self.offset_range(mq, when)
                 for msg in self.pull(mq, start, stop):
                     if when.contains(msg.store_timestamp):
-                        yield row_of(msg, with_body)
+                        yield row_of(msg, with_body, mq.broker_name)
 
 
 def pull_history(

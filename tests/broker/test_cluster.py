@@ -20,6 +20,7 @@ import pytest
 from idemp.broker.process import BrokerProcess, NamesrvProcess
 from idemp.client import ClientSettings, ConsumeFrom, ConsumerSettings, OutMessage, Producer
 from idemp.message import Message
+from idemp.reconcile.loaders import load_cluster_offsets
 from idemp.remoting import RequestCode, ResponseCode, jsonlenient
 from idemp.runners import ConcurrentRunner
 from tests.broker.rawclient import RawClient
@@ -126,6 +127,13 @@ def test_a_broker_joins_another_ones_nameserver(
         runner.shutdown()
     assert sorted(body for _, body in got) == sorted(f"m{i}" for i in range(40))
     assert Counter(name for name, _ in got) == {"broker-a": 20, "broker-b": 20}
+    # the reconciliation's live offsets of a cluster: each broker's, named
+    url = f"namesrv://{a.namesrv_addr}?group=cluster-g&topic={TOPIC}"
+    RETRY = ("%RETRY%cluster-g", "cluster-g", 0)  # noqa: N806 - each broker's retry queue
+    assert [(o.broker, o.table) for o in load_cluster_offsets(url)] == [
+        (name, {**{(TOPIC, "cluster-g", q): 5 for q in range(QUEUES)}, RETRY: 0})
+        for name in ("broker-a", "broker-b")
+    ]
 
     # a clean stop unregisters: the route is broker-a's alone at once
     assert b.stop() == 0

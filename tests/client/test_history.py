@@ -134,8 +134,10 @@ def test_history_pull_equals_export(
     assert [k for k in offsets_file["offsetTable"] if DEFAULT_PULL_GROUP in k] == []
 
     exported = tmp_path / "export.parquet"
-    _cli("broker", "export", "--store", str(broker.store), "--out", str(exported))
+    store = str(broker.store)
+    _cli("broker", "export", "--store", store, "--out", str(exported), "--broker-name", "broker-a")
     export_rows = [r for r in _rows(exported) if r["topic"] in TOPICS]
+    assert {r["broker"] for r in pulled_rows} == {"broker-a"}  # a queue is the broker's
     assert pulled_rows == export_rows
     assert [(r["topic"], r["kind"]) for r in pulled_rows].count((f"%DLQ%{GROUP}", "dlq")) == 1
     assert [r["kind"] for r in pulled_rows].count("retry") == 1

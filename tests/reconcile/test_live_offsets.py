@@ -1,5 +1,6 @@
-"""``--offsets broker://HOST:PORT?group=G&topic=T``: committed offsets read live with
-QUERY_CONSUMER_OFFSET equal what the broker persists in consumerOffset.json."""
+"""``--offsets broker://HOST:PORT?group=G&topic=T`` (or a cluster's, ``namesrv://…``):
+committed offsets read live with QUERY_CONSUMER_OFFSET equal what the broker persists in
+consumerOffset.json."""
 
 from __future__ import annotations
 
@@ -12,7 +13,12 @@ import pytest
 from idemp.broker.process import BrokerProcess
 from idemp.client import ClientSettings, ConsumeFrom, ConsumerSettings, OutMessage, Producer
 from idemp.message import ConsumeResult, Message
-from idemp.reconcile.loaders import InputError, load_broker_offsets, load_offsets
+from idemp.reconcile.loaders import (
+    InputError,
+    load_broker_offsets,
+    load_cluster_offsets,
+    load_offsets,
+)
 from idemp.runners import ConcurrentRunner
 from tests.client.conftest import FAST_DELAYS, wait_for
 from tests.realbroker import start_broker
@@ -64,6 +70,9 @@ def test_live_offsets_equal_the_persisted_table(broker: BrokerProcess) -> None:
         ("TO", "g-live", q, n) for q, n in sorted(per_queue.items())
     ]
     assert load_offsets(url).table == live.table  # the --offsets entry point
+    # through the nameserver (namesrv://): the same table, named by its broker
+    (cluster,) = load_cluster_offsets(f"namesrv://{broker.namesrv_addr}?group=g-live&topic=TO")
+    assert (cluster.broker, cluster.table) == ("broker-a", live.table)
     only_q1 = load_broker_offsets(f"{url}&queues=1")
     assert only_q1.rows() == [("%RETRY%g-live", "g-live", 0, 1), ("TO", "g-live", 1, per_queue[1])]
 
@@ -78,5 +87,15 @@ def test_live_offsets_need_group_and_topic(broker: BrokerProcess) -> None:
         load_broker_offsets(url)
     assert str(err.value) == (
         f"offsets input {url}: expected broker://HOST:PORT?group=G&topic=T "
+        "(group, topic repeatable)"
+    )
+
+
+def test_cluster_offsets_need_group_and_topic() -> None:
+    url = "namesrv://127.0.0.1:9?topic=T"
+    with pytest.raises(InputError) as err:
+        load_cluster_offsets(url)
+    assert str(err.value) == (
+        f"offsets input {url}: expected namesrv://HOST:PORT?group=G&topic=T "
         "(group, topic repeatable)"
     )
