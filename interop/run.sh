@@ -35,7 +35,8 @@ BROKER=$!
 HOLD=
 ACL_BROKER=
 CLUSTER=
-trap 'kill $HOLD $BROKER $ACL_BROKER $CLUSTER 2>/dev/null; wait $BROKER $ACL_BROKER $CLUSTER 2>/dev/null; rm -rf "$WORK"' EXIT
+# (errexit holds in the trap: a JVM stopped by SIGTERM waits as 143)
+trap 'kill $HOLD $BROKER $ACL_BROKER $CLUSTER 2>/dev/null; wait $BROKER $ACL_BROKER $CLUSTER 2>/dev/null || true; rm -rf "$WORK"' EXIT
 for _ in $(seq 100); do grep -q "idemp broker ready" "$WORK/broker.log" && break; sleep 0.2; done
 grep -q "idemp broker ready" "$WORK/broker.log" || { cat "$WORK/broker.log"; exit 1; }
 # idemp.bin: the Java features' "mixed" runs idemp's consumer beside a Java one in one group
@@ -141,7 +142,8 @@ if [ -f "$REALRMQ_HOME/bin/env.sh" ]; then
             org.apache.rocketmq.broker.BrokerStartup -c "$WORK/cluster/real.conf"
     ) > "$WORK/cluster/real.log" 2>&1 &
     CLUSTER="$CLUSTER $!"
-    MQADMIN=(java -Duser.home="$WORK" -cp "$REALRMQ_HOME/lib/*" org.apache.rocketmq.tools.command.MQAdminStartup)
+    # mqadmin as bin/env.sh of the 4.9.7 build launches it (JDK 17's opens, conf/ on the path)
+    MQADMIN=(bash -c '. "$REALRMQ_HOME/bin/env.sh" && exec "$JAVA" $COMMON_OPTS -Duser.home="$0" -cp "$CP" org.apache.rocketmq.tools.command.MQAdminStartup "$@"' "$WORK")
     brokers=
     for _ in $(seq 40); do
         brokers=$("${MQADMIN[@]}" clusterList -n "127.0.0.1:$CL_NS" 2>/dev/null | awk '$2 ~ /^broker-/ {print $2}' | sort | tr '\n' ' ') || true
