@@ -215,7 +215,10 @@ def run(args: argparse.Namespace) -> int:
     runner = runner_cls(listener, settings=settings, client=client)
     runner.subscribe(args.topic, args.tags)
     runner.consumer.on_queues_changed = lambda topic, mqs: _event(
-        "queues", topic=topic, queues=sorted(m.queue_id for m in mqs)
+        "queues",
+        topic=topic,
+        queues=sorted(m.queue_id for m in mqs),
+        mqs=[f"{m.broker_name}:{m.queue_id}" for m in sorted(mqs)],  # ids repeat per broker
     )
 
     def on_signal(signum: int, frame: Any) -> None:

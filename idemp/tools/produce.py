@@ -14,7 +14,10 @@ import sys
 import time
 from collections import Counter
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from idemp.client import MessageQueue
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -64,6 +67,7 @@ def run(args: argparse.Namespace) -> int:
     client = ClientSettings(namesrv_addr=args.namesrv, request_timeout=args.timeout)
     record: IO[str] | None = open(args.record, "a", encoding="utf-8") if args.record else None
     queues: Counter[int] = Counter()
+    brokers: Counter[str] = Counter()  # a queue id alone is ambiguous in a cluster
     failures: list[str] = []
     sent = 0
     producer = Producer(settings=settings, client=client)
@@ -98,8 +102,9 @@ def run(args: argparse.Namespace) -> int:
                 ids = res.msg_id.split(",")
                 for n, (idx, k, _) in enumerate(batch):
                     queues[res.queue.queue_id] += 1
+                    brokers[res.queue.broker_name] += 1
                     sent += 1
-                    _record(record, idx, k, res.queue.queue_id, res.queue_offset + n, ids[n])
+                    _record(record, idx, k, res.queue, res.queue_offset + n, ids[n])
                 continue
             try:
                 if shard is not None:
@@ -111,7 +116,8 @@ def run(args: argparse.Namespace) -> int:
                 continue
             sent += 1
             queues[res.queue.queue_id] += 1
-            _record(record, i, key, res.queue.queue_id, res.queue_offset, res.msg_id)
+            brokers[res.queue.broker_name] += 1
+            _record(record, i, key, res.queue, res.queue_offset, res.msg_id)
     except RemotingError as exc:
         failures.append(str(exc))
     finally:
@@ -126,6 +132,7 @@ def run(args: argparse.Namespace) -> int:
         "seconds": round(elapsed, 3),
         "msg_per_s": round(sent / elapsed, 1) if elapsed > 0 else None,
         "queues": {str(q): n for q, n in sorted(queues.items())},
+        "brokers": dict(sorted(brokers.items())),
     }
     print(json.dumps(summary))
     for f in failures[:10]:
@@ -134,10 +141,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _record(
-    out: IO[str] | None, i: int, key: str | None, queue: int, offset: int, mid: str
+    out: IO[str] | None, i: int, key: str | None, mq: MessageQueue, offset: int, mid: str
 ) -> None:
     if out is not None:
-        out.write(
-            json.dumps({"index": i, "key": key, "queue": queue, "offset": offset, "msgId": mid})
-            + "\n"
-        )
+        row = {"index": i, "key": key, "broker": mq.broker_name, "queue": mq.queue_id}
+        out.write(json.dumps({**row, "offset": offset, "msgId": mid}) + "\n")
