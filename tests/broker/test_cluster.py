@@ -22,7 +22,7 @@ from idemp.client import ClientSettings, ConsumeFrom, ConsumerSettings, OutMessa
 from idemp.message import Message
 from idemp.reconcile.loaders import load_cluster_offsets
 from idemp.remoting import RequestCode, ResponseCode, jsonlenient
-from idemp.runners import ConcurrentRunner
+from idemp.runners import ConcurrentRunner, OrderlyRunner
 from tests.broker.rawclient import RawClient
 from tests.client.conftest import wait_for
 
@@ -280,3 +280,45 @@ def test_idemp_admin_creates_on_every_broker_of_a_cluster(
         2,
         "idemp admin: give --broker, or --namesrv with --cluster\n",
     )
+
+
+def test_an_orderly_runner_locks_and_keeps_the_order_of_each_brokers_queues(
+    make_broker: Callable[..., BrokerProcess], namesrv: NamesrvProcess
+) -> None:
+    """LOCK_BATCH_MQ goes to each broker for its own queues; per queue, order holds."""
+    for name in ("broker-a", "broker-b"):
+        _create_topic(_joining(make_broker, namesrv.namesrv_addr, name))
+    producer = Producer(namesrv.namesrv_addr, "orderly-cluster-p").start()
+    try:
+        sent = [
+            producer.send_orderly(OutMessage(TOPIC, f"{key}:{i}".encode()), key)
+            for i in range(5)
+            for key in (f"k{j}" for j in range(8))
+        ]
+    finally:
+        producer.shutdown()
+    lock = threading.Lock()
+    got: dict[tuple[str, int], list[int]] = {}
+
+    def listener(message: Message) -> None:
+        with lock:
+            got.setdefault((str(message.broker_name), message.queue_id), []).append(
+                message.queue_offset
+            )
+
+    runner = OrderlyRunner(
+        listener,
+        settings=ConsumerSettings(group="orderly-cluster-g", consume_from=ConsumeFrom.FIRST_OFFSET),
+        client=ClientSettings(namesrv_addr=namesrv.namesrv_addr),
+    )
+    runner.subscribe(TOPIC)
+    runner.start()
+    try:
+        wait_for(lambda: sum(map(len, got.values())) >= len(sent), 30, "40 messages")
+    finally:
+        runner.shutdown()
+    expected: dict[tuple[str, int], list[int]] = {}
+    for r in sent:
+        expected.setdefault((r.queue.broker_name, r.queue.queue_id), []).append(r.queue_offset)
+    assert {q for q, _ in expected} == {"broker-a", "broker-b"}
+    assert got == expected  # every queue, each message once, in its queue's order
