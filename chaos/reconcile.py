@@ -57,8 +57,11 @@ class Reconciled:
         return int(self.counts.get(name, 0))
 
 
-def export_inputs(workdir: Path, store: Path, pg_url: str, redis_url: str) -> list[str]:
-    """Write the job's inputs under ``workdir``; return its arguments for them."""
+def export_inputs(
+    workdir: Path, stores: dict[str | None, Path], pg_url: str, redis_url: str
+) -> list[str]:
+    """Write the job's inputs under ``workdir``; return its arguments for them.
+    ``stores``: each broker's store by broker name (None: the one broker, not named)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -67,15 +70,12 @@ def export_inputs(workdir: Path, store: Path, pg_url: str, redis_url: str) -> li
 
     inputs = workdir / "reconcile-inputs"
     inputs.mkdir(parents=True, exist_ok=True)
-    export(store, inputs / "history.parquet")
-    argv = [
-        "--history",
-        str(inputs / "history.parquet"),
-        "--redis-prefix",
-        REDIS_PREFIX,
-        "--offsets",
-        str(store / "config" / "consumerOffset.json"),
-    ]
+    argv = ["--redis-prefix", REDIS_PREFIX]
+    for name, store in stores.items():
+        history = inputs / f"history-{name or 'broker'}.parquet"
+        export(store, history, broker=name)
+        offsets = str(store / "config" / "consumerOffset.json")
+        argv += ["--history", str(history), "--offsets", f"{name}={offsets}" if name else offsets]
     # An empty export is refused by the job (an empty input is a bad input); the Redis
     # flags are empty when Redis restarted after the last stream event.
     if export_sql_table(pg_url, DEDUP_TABLE, inputs / "records.parquet"):
@@ -100,14 +100,16 @@ def export_inputs(workdir: Path, store: Path, pg_url: str, redis_url: str) -> li
     return argv
 
 
-def reconcile(workdir: Path, store: Path, pg_url: str, redis_url: str) -> Reconciled:
+def reconcile(
+    workdir: Path, stores: dict[str | None, Path], pg_url: str, redis_url: str
+) -> Reconciled:
     """Export, then run the job; the broker must be stopped (its store is read directly)."""
     out = workdir / "reconcile-report"
     argv = [
         sys.executable,
         "-m",
         "idemp.reconcile",
-        *export_inputs(workdir, store, pg_url, redis_url),
+        *export_inputs(workdir, stores, pg_url, redis_url),
         "--out",
         str(out),
         "--master",

@@ -337,8 +337,9 @@ def run(
     rate: float,
     say: Callable[[str], None] = print,
     reconcile: bool = True,
+    brokers: int = 1,
 ) -> Figures:
-    from idemp.broker.process import BrokerProcess
+    from idemp.broker.process import BrokerProcess, NamesrvProcess
     from tests.servers import PostgresServer, RedisServer
 
     started = time.monotonic()
@@ -361,14 +362,39 @@ def run(
     redis = RedisServer(workdir=workdir / "redis")
     (workdir / "redis").mkdir(exist_ok=True)
     pg = PostgresServer()
-    broker = BrokerProcess(workdir / "broker-store", properties=dict(BROKER_PROPERTIES))
+    # One broker with its nameserver in one process; or a cluster: ``idemp namesrv`` and
+    # brokers registering with it, one of them killed at each broker fault.
+    namesrv = NamesrvProcess(workdir / "namesrv") if brokers > 1 else None
+    cluster = [
+        BrokerProcess(workdir / "broker-store", properties=dict(BROKER_PROPERTIES))
+        if namesrv is None
+        else BrokerProcess(
+            workdir / f"broker-store-{name}",
+            properties={
+                **BROKER_PROPERTIES,
+                "embeddedNamesrv": "false",
+                "brokerName": name,
+                # topics where they were created: a send while a broker is down must not
+                # create its topic on another (the RocketMQ 5 consumer reads broker-a's)
+                "autoCreateTopicEnable": "false",
+            },
+        )
+        for name in [f"broker-{chr(ord('a') + i)}" for i in range(brokers)]
+    ]
+    broker = cluster[0]  # the RocketMQ 5 consumer's endpoint (PAY5 lives there)
     workers: dict[int, Worker] = {}
     producers: Producers | None = None
     incarnation = [0]
     try:
         redis.start()
         pg.start()
-        broker.start()
+        if namesrv is not None:
+            namesrv.start()
+            for b in cluster:
+                b.properties["namesrvAddr"] = namesrv.namesrv_addr
+        for b in cluster:
+            b.start()
+        namesrv_addr = namesrv.namesrv_addr if namesrv is not None else broker.namesrv_addr
         create_schema(pg.url)
         engine = sa.create_engine(pg.url, pool_pre_ping=True)
 
@@ -386,7 +412,7 @@ def run(
                 "-m",
                 "chaos.worker",
                 "--namesrv",
-                broker.namesrv_addr,
+                namesrv_addr,
                 "--pg",
                 pg.url,
                 "--redis",
@@ -400,13 +426,17 @@ def run(
 
         # RocketMQ 5 clients need the topic before they subscribe (no auto-creation)
         update_topic(broker.broker_addr, PAY5_TOPIC, 4)
+        if len(cluster) > 1:  # on every broker (auto-creation takes the first one sent to)
+            for b in cluster:
+                for topic in (PAY_TOPIC, SEQ_TOPIC, RIDES_TOPIC):
+                    update_topic(b.broker_addr, topic, 4)
         for slot in (0, 1, 2, V5_SLOT):
             spawn(slot)
         say(
-            f"  broker, PostgreSQL, Redis and 3 consumers + 1 RocketMQ 5 consumer up in "
-            f"{time.monotonic() - started:.1f}s"
+            f"  {len(cluster)} broker(s), PostgreSQL, Redis and 3 consumers + 1 RocketMQ 5 "
+            f"consumer up in {time.monotonic() - started:.1f}s"
         )
-        producers = Producers(broker.namesrv_addr, plan, rate)
+        producers = Producers(namesrv_addr, plan, rate)
         producers.start()
 
         def fire(f: Fault, applied: int) -> None:
@@ -418,10 +448,12 @@ def run(
                 w = spawn(slot)
                 say(f"  [{applied}] SIGKILL consumer {victim.pid}; replacement {w.pid}")
             elif f.kind == BROKER:
-                broker.kill()
-                broker.start()
+                down = cluster[figures.broker_restarts % len(cluster)]
+                down.kill()
+                down.start()
                 figures.broker_restarts += 1
-                say(f"  [{applied}] broker SIGKILLed and restarted")
+                name = down.properties.get("brokerName", "broker")
+                say(f"  [{applied}] {name} SIGKILLed and restarted")
             elif f.kind == REDIS:
                 redis.restart()
                 figures.redis_restarts += 1
@@ -488,9 +520,11 @@ def run(
         if reconcile and figures.completed:
             from chaos.reconcile import reconcile as run_reconciliation
 
-            broker.stop()  # the export reads the store's commit log
+            for b in cluster:
+                b.stop()  # the export reads the store's commit log
             t0 = time.monotonic()
-            rec = run_reconciliation(workdir, broker.store, pg.url, redis.url)
+            stores = {b.properties.get("brokerName"): b.store for b in cluster}
+            rec = run_reconciliation(workdir, stores, pg.url, redis.url)
             figures.reconcile_exit, figures.reconciled = rec.exit_code, rec.counts
             if rec.error:
                 figures.notes.append(f"reconciliation: {rec.error}")
@@ -502,7 +536,10 @@ def run(
             w.kill()
         if producers is not None:
             producers.shutdown()
-        broker.stop()
+        for b in cluster:
+            b.stop()
+        if namesrv is not None:
+            namesrv.stop()
         redis.close()
         pg.close()
     figures.wall_s = time.monotonic() - started
@@ -532,6 +569,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=7, help="replays the same plan and faults")
     p.add_argument("--kills", type=int, default=FULL["kills"])
     p.add_argument("--broker-restarts", type=int, default=FULL["broker_restarts"])
+    p.add_argument(
+        "--brokers",
+        type=int,
+        default=1,
+        help="brokers: 1 with its own nameserver, or more under idemp namesrv",
+    )
     p.add_argument("--redis-restarts", type=int, default=FULL["redis_restarts"])
     p.add_argument("--postgres-restarts", type=int, default=FULL["postgres_restarts"])
     p.add_argument(
@@ -563,6 +606,7 @@ def main(argv: list[str] | None = None) -> int:
         workdir=workdir,
         say=lambda s: print(s, flush=True),
         reconcile=not args.no_reconcile,
+        brokers=args.brokers,
     )
     print("  counters: " + ", ".join(f"{k} {v}" for k, v in figures.counters.items()))
     for note in figures.notes:

@@ -1,4 +1,5 @@
-"""The chaos suite, short: ``chaos.run`` with 1,200 messages and one of every fault.
+"""The chaos suite, short: ``chaos.run`` with 1,200 messages and one of every fault, on
+one broker and on a cluster of two.
 
 Real processes throughout: idemp's broker (SYNC_FLUSH), PostgreSQL, Redis, three
 consumer processes and one of RocketMQ 5's official client (POP over gRPC). Faults fire
@@ -63,3 +64,43 @@ def test_short_chaos_run_keeps_exactly_once_and_order(tmp_path: Path) -> None:
     assert (r["doubled"], r["lost"], r["stuck"], r["effect_missing"]) == (0, 0, 0, 0)
     assert r["pending"] == 0  # every consumer stopped cleanly after the last effect
     assert r["dead_lettered"] == 0
+
+
+def test_short_chaos_run_on_two_brokers_survives_each_ones_death(tmp_path: Path) -> None:
+    """The same run on a cluster: ``idemp namesrv`` and two brokers registering with it;
+    each broker SIGKILLed once while the others work on (its queues leave the routes as
+    its connection closes, and come back with it). The reconciliation reads both stores'
+    exports and each broker's offsets, named."""
+    lines: list[str] = []
+    figures = run(
+        1_200,
+        seed=11,
+        kills=3,
+        broker_restarts=2,
+        redis_restarts=1,
+        postgres_restarts=1,
+        timeout_s=420.0,
+        workdir=tmp_path,
+        rate=60.0,
+        say=lines.append,
+        brokers=2,
+    )
+    print("\n".join(lines))
+    print(figures.line())
+    assert figures.notes == []
+    assert figures.completed
+    assert figures.faults_pending == 0
+    assert [line.split("] ")[1] for line in lines if "SIGKILLed and restarted" in line] == [
+        "broker-a SIGKILLed and restarted",
+        "broker-b SIGKILLed and restarted",
+    ]
+    assert figures.counters["pay5.processed"] > 0
+    assert figures.effects == figures.messages == 1_200
+    assert (figures.doubled, figures.lost, figures.unexpected) == (0, 0, 0)
+    assert figures.order_violations == 0
+    r = figures.reconciled
+    assert figures.reconcile_exit == 0, figures.notes
+    assert r is not None
+    assert r["keys"] == figures.messages
+    assert (r["doubled"], r["lost"], r["stuck"], r["effect_missing"]) == (0, 0, 0, 0)
+    assert (r["pending"], r["dead_lettered"]) == (0, 0)
