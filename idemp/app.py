@@ -19,6 +19,7 @@ foreground with health, readiness and metrics over HTTP (:mod:`idemp.worker`).
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import inspect
 import logging
@@ -310,6 +311,13 @@ class App:
             tls_ca_file=s.tls_ca_file,
             instance_name=s.instance or "DEFAULT",
         )
+
+    def name_instance(self, name: str) -> None:
+        """This instance's name (``idemp worker --instance``), over IDEMP_INSTANCE and the
+        App's client settings; checked as IDEMP_INSTANCE is."""
+        self._settings = type(self.settings)(**{**self.settings.model_dump(), "instance": name})
+        if self._client is not None:
+            self._client = dataclasses.replace(self._client, instance_name=name)
 
     def _instance_name(self, spec: ListenerSpec) -> str:
         """A broadcasting listener's offsets (``<ip>@<instance>/<group>/offsets.json``) and

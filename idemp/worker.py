@@ -36,6 +36,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("app", metavar="MODULE:APP", help="where the App object is, e.g. svc:app")
     p.add_argument("--namesrv", help="nameserver host:port (else IDEMP_NAMESRV or the App's)")
     p.add_argument(
+        "--instance",
+        help="this instance's name, kept across restarts (else IDEMP_INSTANCE or the App's); "
+        "broadcast=True listeners keep their offsets and dedup records under it",
+    )
+    p.add_argument(
         "--endpoint",
         help="RocketMQ 5 proxy host:port for protocol='grpc' listeners (else IDEMP_ENDPOINT)",
     )
@@ -180,6 +185,8 @@ def run(args: argparse.Namespace) -> int:
         app = load_app(args.app)
         if args.namesrv:
             app._namesrv = args.namesrv
+        if args.instance:
+            app.name_instance(args.instance)
         if args.endpoint:
             app._endpoint = args.endpoint
         metrics = _metrics(app)

@@ -251,6 +251,12 @@ def test_a_broadcasting_listener_needs_its_instance_named(tmp_path: Any) -> None
 
     with pytest.raises(ValueError, match=r"broadcast=True: .* set IDEMP_INSTANCE"):
         app.build()
+    with pytest.raises(ValueError, match="instance 'a/b': letters, digits"):
+        app.name_instance("a/b")  # idemp worker --instance, checked as IDEMP_INSTANCE is
+    app.name_instance("pod-1")
+    app.build()
+    runner = app.listeners[0].runner
+    assert runner is not None and runner.client_settings.instance_name == "pod-1"
     with pytest.raises(ValueError, match="RocketMQ 5's gRPC clients have no broadcasting"):
         app.listener("Prices", group="c5", protocol="grpc", broadcast=True)
     named = App(
