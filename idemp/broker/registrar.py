@@ -45,6 +45,17 @@ class NamesrvLink:
         self, code: int, fields: dict[str, str], body: bytes, timeout: float
     ) -> RemotingCommand:
         async with self._lock:
+            reused = self._streams is not None
+            try:
+                return await asyncio.wait_for(self._exchange(code, fields, body), timeout)
+            except (OSError, ConnectionError):
+                self.close()
+                if not reused:
+                    raise
+            except asyncio.TimeoutError:
+                self.close()
+                raise
+            # the nameserver closed the kept connection (a restart): once more, afresh
             try:
                 return await asyncio.wait_for(self._exchange(code, fields, body), timeout)
             except (OSError, asyncio.TimeoutError, ConnectionError):

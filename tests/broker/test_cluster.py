@@ -322,3 +322,26 @@ def test_an_orderly_runner_locks_and_keeps_the_order_of_each_brokers_queues(
         expected.setdefault((r.queue.broker_name, r.queue.queue_id), []).append(r.queue_offset)
     assert {q for q, _ in expected} == {"broker-a", "broker-b"}
     assert got == expected  # every queue, each message once, in its queue's order
+
+
+def test_a_restarted_nameserver_hears_of_the_broker_at_its_next_round(
+    make_broker: Callable[..., BrokerProcess], namesrv: NamesrvProcess
+) -> None:
+    """The broker's kept connection died with the old nameserver: the next round
+    reconnects and registers (no round lost to the dead connection)."""
+    b = make_broker(
+        namesrvAddr=namesrv.namesrv_addr,
+        embeddedNamesrv="false",
+        brokerName="broker-b",
+        registerNameServerPeriod=10_000,
+    )
+    _create_topic(b)
+    assert namesrv.stop() == 0
+    namesrv.start()  # same port, an empty route table
+    assert _brokers_of(namesrv.namesrv_addr, TOPIC) == []
+    wait_for(
+        lambda: _brokers_of(namesrv.namesrv_addr, TOPIC) == ["broker-b"],
+        25,
+        "the broker's next registration round (10 s)",
+    )
+    assert "register with nameserver" not in b.log_path.read_text()
