@@ -324,16 +324,20 @@ def test_an_orderly_runner_locks_and_keeps_the_order_of_each_brokers_queues(
     assert got == expected  # every queue, each message once, in its queue's order
 
 
+@pytest.mark.parametrize("force", ["true", "false"], ids=["forceRegister", "askFirst"])
 def test_a_restarted_nameserver_hears_of_the_broker_at_its_next_round(
-    make_broker: Callable[..., BrokerProcess], namesrv: NamesrvProcess
+    force: str, make_broker: Callable[..., BrokerProcess], namesrv: NamesrvProcess
 ) -> None:
     """The broker's kept connection died with the old nameserver: the next round
-    reconnects and registers (no round lost to the dead connection)."""
+    reconnects and registers (no round lost to the dead connection). With
+    forceRegister=false the round asks QUERY_DATA_VERSION first: the new nameserver has
+    no version of this broker, so it registers."""
     b = make_broker(
         namesrvAddr=namesrv.namesrv_addr,
         embeddedNamesrv="false",
         brokerName="broker-b",
         registerNameServerPeriod=10_000,
+        forceRegister=force,
     )
     _create_topic(b)
     assert namesrv.stop() == 0
