@@ -64,6 +64,9 @@ class BrokerConfig:
     registerBrokerTimeoutMills: int = 6000
     compressedRegister: bool = False
     forceRegister: bool = True
+    # the broker's own topic for message traces (created at start when enabled)
+    traceTopicEnable: bool = False
+    msgTraceTopicName: str = "RMQ_SYS_TRACE_TOPIC"
     # idemp-only: where the process binds. RocketMQ binds every interface; idemp binds
     # loopback unless told otherwise, since it is a test double.
     bindAddress: str = "127.0.0.1"

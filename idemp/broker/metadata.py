@@ -194,6 +194,7 @@ class TopicTable:
         cluster: str = "DefaultCluster",
         broker_name: str = "broker-a",
         auto_create: bool = True,
+        trace_topic: str | None = None,
     ) -> None:
         self.path = path
         self.topics: dict[str, TopicConfig] = {}
@@ -219,6 +220,8 @@ class TopicTable:
             SCHEDULE_TOPIC: TopicConfig(SCHEDULE_TOPIC, 18, 18),
             f"{cluster}_REPLY_TOPIC": TopicConfig(f"{cluster}_REPLY_TOPIC", 1, 1),
         }
+        if trace_topic:  # traceTopicEnable: the message traces' topic, one queue
+            system[trace_topic] = TopicConfig(trace_topic, 1, 1)
         if auto_create:
             system[DEFAULT_TOPIC] = TopicConfig(
                 DEFAULT_TOPIC, default_queue_nums, default_queue_nums, rwx

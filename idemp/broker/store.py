@@ -113,6 +113,7 @@ class MessageStore:
             cluster=config.brokerClusterName,
             broker_name=config.brokerName,
             auto_create=config.autoCreateTopicEnable,
+            trace_topic=config.msgTraceTopicName if config.traceTopicEnable else None,
         )
         self.groups = GroupTable(
             cfg_dir / "subscriptionGroup.json", config.autoCreateSubscriptionGroup

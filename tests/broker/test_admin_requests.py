@@ -533,3 +533,22 @@ def test_mixed_topics_with_enable_mixed_message_type(
         cfg = _body(c.request(RequestCode.GET_TOPIC_CONFIG, {"topic": "MixedTopic"}))
     assert created.code == ResponseCode.SUCCESS
     assert cfg["attributes"] == {"message.type": "MIXED"}
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_trace_topic_enable_creates_the_trace_topic_at_start(
+    enabled: bool, make_broker: Callable[..., BrokerProcess]
+) -> None:
+    """traceTopicEnable: the broker's own RMQ_SYS_TRACE_TOPIC, one queue, read-write, in
+    its topic table (and so in the nameserver's list) from the start."""
+    broker = make_broker(traceTopicEnable=str(enabled).lower())
+    with RawClient(broker.broker_addr) as c:
+        answer = c.request(RequestCode.GET_ALL_TOPIC_CONFIG, {})
+    table = loads_fastjson(answer.body)["topicConfigTable"]
+    trace = table.get("RMQ_SYS_TRACE_TOPIC")
+    if not enabled:
+        assert trace is None
+        return
+    assert trace is not None
+    got = (trace["readQueueNums"], trace["writeQueueNums"], trace["perm"], trace["topicSysFlag"])
+    assert got == (1, 1, 6, 0)
