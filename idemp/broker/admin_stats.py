@@ -72,7 +72,8 @@ def runtime_info(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingCo
     info.update(
         {
             "commitLogMaxOffset": str(store.commitlog.end),
-            "commitLogMinOffset": "0",
+            # the first mapped file's offset; -1 while none exists (nothing written yet)
+            "commitLogMinOffset": "0" if store.commitlog.end else "-1",
             "commitLogDiskRatio": ratio,
             f"commitLogDiskRatio_{root / 'commitlog'}": ratio,
             "consumeQueueDiskRatio": ratio,

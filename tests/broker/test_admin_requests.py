@@ -552,3 +552,11 @@ def test_trace_topic_enable_creates_the_trace_topic_at_start(
     assert trace is not None
     got = (trace["readQueueNums"], trace["writeQueueNums"], trace["perm"], trace["topicSysFlag"])
     assert got == (1, 1, 6, 0)
+
+
+def test_runtime_info_of_a_store_never_written(make_broker: Callable[..., BrokerProcess]) -> None:
+    """No commit log file yet: its minimum offset is -1, its maximum 0 (RocketMQ 4.9.7's
+    getMinPhyOffset without a mapped file; seen on a fresh broker's brokerStatus)."""
+    with RawClient(make_broker().broker_addr) as c:
+        info = _body(c.request(RequestCode.GET_BROKER_RUNTIME_INFO))["table"]
+    assert (info["commitLogMinOffset"], info["commitLogMaxOffset"]) == ("-1", "0")
