@@ -591,21 +591,14 @@ def load_broker_offsets(url: str, timeout: float = 10.0) -> Offsets:
     config (GET_ALL_TOPIC_CONFIG), or ``queues=`` for the named topics. A queue the broker answers
     QUERY_NOT_FOUND for has no committed offset and is left out, as in a file."""
     import asyncio
-    from urllib.parse import parse_qs, urlsplit
 
-    parts = urlsplit(url)
-    query = parse_qs(parts.query)
-    groups, topics = query.get("group", []), query.get("topic", [])
-    if not parts.netloc or not groups or not topics:
-        raise InputError(
-            "offsets", url, "expected broker://HOST:PORT?group=G&topic=T (group, topic repeatable)"
-        )
+    addr, groups, topics, query = _offsets_url(url, BROKER_SCHEME)
     try:
         queues = [int(q) for v in query.get("queues", []) for q in v.split(",") if q]
     except ValueError as exc:
         raise InputError("offsets", url, f"queues: {exc}") from exc
     try:
-        out = asyncio.run(_query_broker_offsets(parts.netloc, groups, topics, queues, timeout))
+        out = asyncio.run(_query_broker_offsets(addr, groups, topics, queues, timeout))
     except Exception as exc:  # the client's RemotingError, OSError, a bad answer
         raise InputError("offsets", url, f"cannot read offsets: {exc}") from exc
     out.source = url
@@ -614,10 +607,8 @@ def load_broker_offsets(url: str, timeout: float = 10.0) -> Offsets:
     return out
 
 
-def load_cluster_offsets(url: str, timeout: float = 10.0) -> list[Offsets]:
-    """``namesrv://HOST:PORT?group=G&topic=T``: the offsets of every master broker in
-    the topics' routes, each named, read as ``broker://`` reads one broker's."""
-    import asyncio
+def _offsets_url(url: str, scheme: str) -> tuple[str, list[str], list[str], dict[str, list[str]]]:
+    """``scheme``HOST:PORT?group=G&topic=T's address, groups, topics and whole query."""
     from urllib.parse import parse_qs, urlsplit
 
     parts = urlsplit(url)
@@ -625,10 +616,19 @@ def load_cluster_offsets(url: str, timeout: float = 10.0) -> list[Offsets]:
     groups, topics = query.get("group", []), query.get("topic", [])
     if not parts.netloc or not groups or not topics:
         raise InputError(
-            "offsets", url, "expected namesrv://HOST:PORT?group=G&topic=T (group, topic repeatable)"
+            "offsets", url, f"expected {scheme}HOST:PORT?group=G&topic=T (group, topic repeatable)"
         )
+    return parts.netloc, groups, topics, query
+
+
+def load_cluster_offsets(url: str, timeout: float = 10.0) -> list[Offsets]:
+    """``namesrv://HOST:PORT?group=G&topic=T``: the offsets of every master broker in
+    the topics' routes, each named, read as ``broker://`` reads one broker's."""
+    import asyncio
+
+    namesrv, groups, topics, _ = _offsets_url(url, NAMESRV_SCHEME)
     try:
-        masters = asyncio.run(_route_masters(parts.netloc, topics, timeout))
+        masters = asyncio.run(_route_masters(namesrv, topics, timeout))
     except Exception as exc:  # the client's RemotingError, OSError, a bad answer
         raise InputError("offsets", url, f"cannot read the routes: {exc}") from exc
     out = []
