@@ -141,8 +141,8 @@ def describe(offset: int, msg: MessageExt, group: str) -> dict[str, Any]:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="dlq_command", required=True)
     for name, text in (
-        ("list", "print a group's dead letters (%DLQ%<group>)"),
-        ("replay", "send dead letters back to their group (via %RETRY%<group>)"),
+        ("list", "print a group's dead letters (%%DLQ%%<group>)"),  # argparse: %% is %
+        ("replay", "send dead letters back to their group (via %%RETRY%%<group>)"),
     ):
         one = sub.add_parser(name, help=text)
         one.add_argument("--namesrv", required=True, help="the nameserver (host:port)")

@@ -1,4 +1,5 @@
-"""Every option of every ``idemp`` subcommand says what it is for (``--help``)."""
+"""Every option of every ``idemp`` subcommand says what it is for, and every ``--help``
+prints."""
 
 from __future__ import annotations
 
@@ -51,3 +52,15 @@ def test_a_wrong_option_prints_that_subcommands_usage(
     assert err.startswith(f"usage: idemp {' '.join(path)} ")
     # the error is this subcommand's (a missing required option may be named first)
     assert f"\nidemp {' '.join(path)}: error: " in err
+
+
+@pytest.mark.parametrize("path", [(), *subcommand_paths(build_parser())], ids=" ".join)
+def test_every_subcommands_help_prints(
+    path: tuple[str, ...], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """argparse formats help texts with ``%``: an unescaped ``%DLQ%`` in one subcommand's
+    help made ``idemp dlq --help`` a traceback."""
+    with pytest.raises(SystemExit) as exit_:
+        build_parser().parse_args([*path, "--help"])
+    assert exit_.value.code == 0
+    assert capsys.readouterr().out.startswith(f"usage: idemp{''.join(' ' + p for p in path)}")
