@@ -5,13 +5,20 @@ inputs that cannot say which broker a queue is on are refused, naming what to gi
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
 
+from idemp.broker.process import BrokerProcess, NamesrvProcess
 from idemp.reconcile.cli import main
+from tests.broker.conftest import make_broker  # noqa: F401 - the fixture
+from tests.broker.rawclient import RawClient
 from tests.reconcile import planted
 
 pytestmark = pytest.mark.spark
@@ -103,3 +110,110 @@ def test_a_history_without_broker_names_for_several_brokers_offsets_is_refused(
         "the offsets are of brokers broker-a, broker-b: export each store with --broker-name "
         "(or pull the history with idemp history pull, which names them)\n"
     )
+
+
+@pytest.mark.idemp_only("starts idemp's brokers with --no-namesrv")
+def test_a_live_cluster_reconciles_from_its_pulled_history_and_offsets(
+    spark: Any,
+    make_broker: Callable[..., BrokerProcess],  # noqa: F811 - the fixture
+    tmp_path: Path,
+) -> None:
+    """The workflow on a cluster, as a user runs it: consume through @idempotent
+    (``idemp consume --strategy``), pull the history from the cluster (each record named
+    by its broker), read the offsets of every broker live (``namesrv://``), reconcile."""
+    namesrv = NamesrvProcess(tmp_path / "namesrv").start()
+    try:
+        for name in ("broker-a", "broker-b"):
+            broker = make_broker(
+                namesrvAddr=namesrv.namesrv_addr, embeddedNamesrv="false", brokerName=name
+            )
+            with RawClient(broker.broker_addr) as c:
+                assert c.create_topic("orders", 2).code == 0
+        ns, keys = namesrv.namesrv_addr, tmp_path / "keys.txt"
+        keys.write_text("".join(f"k{i}\n" for i in range(20)))
+        _idemp(
+            "produce",
+            "--namesrv",
+            ns,
+            "--topic",
+            "orders",
+            "--count",
+            "20",
+            "--keys-from",
+            str(keys),
+        )
+        dedup = f"sqlite:///{tmp_path / 'dedup.db'}"
+        _idemp(
+            "consume",
+            "--namesrv",
+            ns,
+            "--topic",
+            "orders",
+            "--group",
+            "g1",
+            "--strategy",
+            dedup,
+            "--max",
+            "20",
+            "--idle-exit",
+            "10",
+            "--record",
+            str(tmp_path / "got.jsonl"),
+        )
+        history = tmp_path / "history.parquet"
+        _idemp(
+            "history",
+            "pull",
+            "--namesrv",
+            ns,
+            "--topic",
+            "orders",
+            "--group",
+            "g1",
+            "--out",
+            str(history),
+        )
+        assert Counter(pq.read_table(history).column("broker").to_pylist()) == {
+            "broker-a": 10,
+            "broker-b": 10,
+        }
+        records = tmp_path / "records.parquet"
+        _idemp(
+            "reconcile",
+            "export-table",
+            "--url",
+            dedup,
+            "--table",
+            "idemp_dedup",
+            "--out",
+            str(records),
+        )
+        out = tmp_path / "out"
+        code = main(
+            [
+                "--history",
+                str(history),
+                "--records",
+                str(records),
+                "--offsets",
+                f"namesrv://{ns}?group=g1&topic=orders",
+                "--subscription",
+                "orders@g1",
+                "--out",
+                str(out),
+                "--no-progress",
+                "--no-html",
+            ]
+        )
+    finally:
+        namesrv.stop()
+    counts = json.loads((out / "summary.json").read_text())["counts"]
+    assert (counts["keys"], counts["ok"], counts["pending"], counts["lost"]) == (20, 20, 0, 0)
+    assert code == 0
+
+
+def _idemp(*args: str) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "idemp", *args], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, (args, done.stderr)
