@@ -490,8 +490,6 @@ def offsets_frame(spark: SparkSession, offsets: list[Offsets]) -> DataFrame:
 def check_brokers(history: DataFrame, offsets: list[Offsets]) -> None:
     """A queue is a broker's: refuse the inputs where a record's committed offset would
     be read from another broker's queue of the same id."""
-    from pyspark.sql import functions as F
-
     found = [r[0] for r in history.select("broker").distinct().collect()]
     named = sorted(n for n in found if n is not None)
     offset_names = sorted(o.broker for o in offsets if o.broker is not None)
@@ -503,16 +501,14 @@ def check_brokers(history: DataFrame, offsets: list[Offsets]) -> None:
             "give each broker's offsets (--offsets BROKER=PATH, repeated) or the cluster's "
             "(namesrv://HOST:PORT?group=G&topic=T)",
         )
-    if None in found and len(offset_names) > 1:
-        unnamed = history.where(F.col("broker").isNull()).limit(1).count()
-        if unnamed:
-            raise InputError(
-                "history",
-                "--history",
-                f"has records without a broker name, and the offsets are of brokers "
-                f"{', '.join(offset_names)}: export each store with --broker-name (or pull "
-                "the history with idemp history pull, which names them)",
-            )
+    if None in found and len(offset_names) > 1:  # found: the distinct values, null too
+        raise InputError(
+            "history",
+            "--history",
+            f"has records without a broker name, and the offsets are of brokers "
+            f"{', '.join(offset_names)}: export each store with --broker-name (or pull "
+            "the history with idemp history pull, which names them)",
+        )
 
 
 def load_all_offsets(specs: list[str]) -> list[Offsets]:

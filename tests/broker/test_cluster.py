@@ -68,6 +68,32 @@ def namesrv(tmp_path: Path) -> Iterator[NamesrvProcess]:
     proc.stop()
 
 
+def consume_all(
+    runner_cls: type[ConcurrentRunner] | type[OrderlyRunner], namesrv: str, group: str, count: int
+) -> list[Message]:
+    """``count`` messages of TOPIC, from the first offset, in the order consumed (per
+    queue, the queue's order for an orderly runner)."""
+    got: list[Message] = []
+    lock = threading.Lock()
+
+    def listener(message: Message) -> None:
+        with lock:
+            got.append(message)
+
+    runner = runner_cls(
+        listener,
+        settings=ConsumerSettings(group=group, consume_from=ConsumeFrom.FIRST_OFFSET),
+        client=ClientSettings(namesrv_addr=namesrv),
+    )
+    runner.subscribe(TOPIC)
+    runner.start()
+    try:
+        wait_for(lambda: len(got) >= count, 30, f"{count} messages consumed")
+    finally:
+        runner.shutdown()
+    return got
+
+
 def _joining(make_broker: Callable[..., BrokerProcess], namesrv: str, name: str) -> BrokerProcess:
     return make_broker(namesrvAddr=namesrv, embeddedNamesrv="false", brokerName=name)
 
@@ -107,24 +133,10 @@ def test_a_broker_joins_another_ones_nameserver(
     finally:
         producer.shutdown()
     assert Counter(r.queue.broker_name for r in sent) == {"broker-a": 20, "broker-b": 20}
-    got: list[tuple[str, str]] = []
-    lock = threading.Lock()
-
-    def listener(message: Message) -> None:
-        with lock:
-            got.append((str(message.broker_name), message.body.decode()))
-
-    runner = ConcurrentRunner(
-        listener,
-        settings=ConsumerSettings(group="cluster-g", consume_from=ConsumeFrom.FIRST_OFFSET),
-        client=ClientSettings(namesrv_addr=a.namesrv_addr),
-    )
-    runner.subscribe(TOPIC)
-    runner.start()
-    try:
-        wait_for(lambda: len(got) >= 40, 30, "40 messages consumed")
-    finally:
-        runner.shutdown()
+    got = [
+        (str(m.broker_name), m.body.decode())
+        for m in consume_all(ConcurrentRunner, a.namesrv_addr, "cluster-g", 40)
+    ]
     assert sorted(body for _, body in got) == sorted(f"m{i}" for i in range(40))
     assert Counter(name for name, _ in got) == {"broker-a": 20, "broker-b": 20}
     # the reconciliation's live offsets of a cluster: each broker's, named
@@ -297,26 +309,9 @@ def test_an_orderly_runner_locks_and_keeps_the_order_of_each_brokers_queues(
         ]
     finally:
         producer.shutdown()
-    lock = threading.Lock()
     got: dict[tuple[str, int], list[int]] = {}
-
-    def listener(message: Message) -> None:
-        with lock:
-            got.setdefault((str(message.broker_name), message.queue_id), []).append(
-                message.queue_offset
-            )
-
-    runner = OrderlyRunner(
-        listener,
-        settings=ConsumerSettings(group="orderly-cluster-g", consume_from=ConsumeFrom.FIRST_OFFSET),
-        client=ClientSettings(namesrv_addr=namesrv.namesrv_addr),
-    )
-    runner.subscribe(TOPIC)
-    runner.start()
-    try:
-        wait_for(lambda: sum(map(len, got.values())) >= len(sent), 30, "40 messages")
-    finally:
-        runner.shutdown()
+    for m in consume_all(OrderlyRunner, namesrv.namesrv_addr, "orderly-cluster-g", len(sent)):
+        got.setdefault((str(m.broker_name), m.queue_id), []).append(m.queue_offset)
     expected: dict[tuple[str, int], list[int]] = {}
     for r in sent:
         expected.setdefault((r.queue.broker_name, r.queue.queue_id), []).append(r.queue_offset)

@@ -4,20 +4,18 @@ idemp's client sends across both and consumes every message once."""
 
 from __future__ import annotations
 
-import threading
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
 from idemp.broker.process import BrokerProcess
-from idemp.client import ClientSettings, ConsumeFrom, ConsumerSettings, OutMessage, Producer
-from idemp.message import Message
+from idemp.client import OutMessage, Producer
 from idemp.remoting import RequestCode, ResponseCode, jsonlenient
 from idemp.runners import ConcurrentRunner
 from tests.broker.rawclient import RawClient
-from tests.client.conftest import wait_for
+from tests.broker.test_cluster import TOPIC, consume_all
 
-TOPIC, QUEUES, COUNT = "MixedClusterT", 2, 40
+QUEUES, COUNT, GROUP = 2, 40, "mixed-cluster-g"
 
 
 def test_an_idemp_broker_joins_a_nameserver_beside_its_broker(
@@ -55,26 +53,9 @@ def test_an_idemp_broker_joins_a_nameserver_beside_its_broker(
             "broker-a": half,
             "broker-idemp": half,
         }
-        got: list[str] = []
-        lock = threading.Lock()
-
-        def listener(message: Message) -> None:
-            with lock:
-                got.append(message.body.decode())
-
-        runner = ConcurrentRunner(
-            listener,
-            settings=ConsumerSettings(
-                group="mixed-cluster-g", consume_from=ConsumeFrom.FIRST_OFFSET
-            ),
-            client=ClientSettings(namesrv_addr=first.namesrv_addr),
-        )
-        runner.subscribe(TOPIC)
-        runner.start()
-        try:
-            wait_for(lambda: len(got) >= COUNT, 30, f"{COUNT} messages consumed")
-        finally:
-            runner.shutdown()
+        got = [
+            m.body.decode() for m in consume_all(ConcurrentRunner, first.namesrv_addr, GROUP, COUNT)
+        ]
         assert sorted(got) == sorted(f"m{i}" for i in range(COUNT))
 
         # stopped, it unregisters: the route is the first broker's alone

@@ -143,14 +143,10 @@ def test_a_live_cluster_reconciles_from_its_pulled_history_and_offsets(
             str(keys),
         )
         dedup = f"sqlite:///{tmp_path / 'dedup.db'}"
+        where = ["--namesrv", ns, "--topic", "orders", "--group", "g1"]
         _idemp(
             "consume",
-            "--namesrv",
-            ns,
-            "--topic",
-            "orders",
-            "--group",
-            "g1",
+            *where,
             "--strategy",
             dedup,
             "--max",
@@ -164,12 +160,7 @@ def test_a_live_cluster_reconciles_from_its_pulled_history_and_offsets(
         _idemp(
             "history",
             "pull",
-            "--namesrv",
-            ns,
-            "--topic",
-            "orders",
-            "--group",
-            "g1",
+            *where,
             "--out",
             str(history),
         )
