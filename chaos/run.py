@@ -374,14 +374,15 @@ def run(
                 **BROKER_PROPERTIES,
                 "embeddedNamesrv": "false",
                 "brokerName": name,
-                # topics where they were created: a send while a broker is down must not
-                # create its topic on another (the RocketMQ 5 consumer reads broker-a's)
+                # topics where they were created, on every broker, as a cluster runs
                 "autoCreateTopicEnable": "false",
             },
         )
         for name in [f"broker-{chr(ord('a') + i)}" for i in range(brokers)]
     ]
-    broker = cluster[0]  # the RocketMQ 5 consumer's endpoint (PAY5 lives there)
+    # the RocketMQ 5 consumer's access point: its route and assignments name every
+    # broker's endpoint, so it receives from all of them through this one
+    broker = cluster[0]
     workers: dict[int, Worker] = {}
     producers: Producers | None = None
     incarnation = [0]
@@ -424,11 +425,12 @@ def run(
             workers[slot] = w
             return w
 
-        # RocketMQ 5 clients need the topic before they subscribe (no auto-creation)
+        # RocketMQ 5 clients need the topic before they subscribe (no auto-creation);
+        # in a cluster every topic is on every broker
         update_topic(broker.broker_addr, PAY5_TOPIC, 4)
-        if len(cluster) > 1:  # on every broker (auto-creation takes the first one sent to)
+        if len(cluster) > 1:
             for b in cluster:
-                for topic in (PAY_TOPIC, SEQ_TOPIC, RIDES_TOPIC):
+                for topic in (PAY_TOPIC, SEQ_TOPIC, RIDES_TOPIC, PAY5_TOPIC):
                     update_topic(b.broker_addr, topic, 4)
         for slot in (0, 1, 2, V5_SLOT):
             spawn(slot)

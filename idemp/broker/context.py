@@ -7,7 +7,7 @@ them, so the imports point one way (server → handlers → context).
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, Protocol, Union
 
 from idemp.remoting import RemotingCommand
@@ -59,6 +59,7 @@ class Broker(Protocol):
     transactions: Any  # transaction.TransactionCheckService, owned by that handler module
     scheduler: Any  # schedule.ScheduleService (its ``progress``: delay level → offset)
     registrar: Any  # registrar.Registrar when the broker registers with other nameservers
+    opaques: Iterator[int]  # the opaques of the broker's own requests to other servers
 
     def notify_consumer_ids_changed(self, group: str) -> None: ...
 

@@ -15,10 +15,11 @@ import json
 import logging
 from typing import TYPE_CHECKING, Any
 
-from idemp.remoting import FrameDecoder, RemotingCommand, RequestCode, ResponseCode, encode
+from idemp.remoting import RemotingCommand, RequestCode, ResponseCode
 from idemp.remoting.codes import Perm
 
 from .config import ConfigError
+from .link import RemotingLink
 from .metadata import topic_json
 from .namesrv import apply_order_topics
 from .registration import body_crc32, encode_register_body
@@ -31,65 +32,11 @@ log = logging.getLogger("idemp.broker.registrar")
 RW = Perm.READ | Perm.WRITE
 
 
-class NamesrvLink:
-    """One connection to one nameserver; one request at a time (the registrar's)."""
-
-    def __init__(self, addr: str, opaques: Any) -> None:
-        self.addr = addr
-        self.opaques = opaques
-        self._streams: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
-        self._decoder = FrameDecoder()
-        self._lock = asyncio.Lock()
-
-    async def request(
-        self, code: int, fields: dict[str, str], body: bytes, timeout: float
-    ) -> RemotingCommand:
-        async with self._lock:
-            reused = self._streams is not None
-            try:
-                return await asyncio.wait_for(self._exchange(code, fields, body), timeout)
-            except (OSError, ConnectionError):
-                self.close()
-                if not reused:
-                    raise
-            except asyncio.TimeoutError:
-                self.close()
-                raise
-            # the nameserver closed the kept connection (a restart): once more, afresh
-            try:
-                return await asyncio.wait_for(self._exchange(code, fields, body), timeout)
-            except (OSError, asyncio.TimeoutError, ConnectionError):
-                self.close()
-                raise
-
-    async def _exchange(self, code: int, fields: dict[str, str], body: bytes) -> RemotingCommand:
-        if self._streams is None:
-            host, _, port = self.addr.rpartition(":")
-            self._streams = await asyncio.open_connection(host, int(port))
-            self._decoder = FrameDecoder()
-        reader, writer = self._streams
-        cmd = RemotingCommand(code=code, opaque=next(self.opaques), ext_fields=fields, body=body)
-        writer.write(encode(cmd))
-        await writer.drain()
-        while True:
-            data = await reader.read(65536)
-            if not data:
-                raise ConnectionError(f"nameserver {self.addr} closed the connection")
-            for got in self._decoder.feed(data):
-                if got.is_response and got.opaque == cmd.opaque:
-                    return got
-
-    def close(self) -> None:
-        if self._streams is not None:
-            self._streams[1].close()
-            self._streams = None
-
-
 class Registrar:
     def __init__(self, server: Broker, opaques: Any) -> None:
         self.server = server
         cfg = server.config
-        self.links = [NamesrvLink(a, opaques) for a in cfg.namesrv_addrs]
+        self.links = [RemotingLink(a, opaques, "nameserver") for a in cfg.namesrv_addrs]
         self.period = max(10.0, min(cfg.registerNameServerPeriod, 60_000) / 1000)
         self.timeout = cfg.registerBrokerTimeoutMills / 1000
         self.topics_changed = asyncio.Event()
@@ -158,7 +105,7 @@ class Registrar:
             "bodyCrc32": str(body_crc32(body)),
         }
 
-        async def one(link: NamesrvLink) -> RemotingCommand | None:
+        async def one(link: RemotingLink) -> RemotingCommand | None:
             if not force and not await self._changed(link, version):
                 return None
             answer = await link.request(RequestCode.REGISTER_BROKER, fields, body, self.timeout)
@@ -174,7 +121,7 @@ class Registrar:
                 log.warning("register with nameserver %s: %s", link.addr, outcome or type(outcome))
         return list(outcomes)
 
-    async def _changed(self, link: NamesrvLink, version: dict[str, Any]) -> bool:
+    async def _changed(self, link: RemotingLink, version: dict[str, Any]) -> bool:
         answer = await link.request(
             RequestCode.QUERY_DATA_VERSION,
             self._identity(),
@@ -196,7 +143,7 @@ class Registrar:
     async def stop(self) -> None:
         """UNREGISTER_BROKER with each nameserver (3 s each, as RocketMQ)."""
 
-        async def one(link: NamesrvLink) -> None:
+        async def one(link: RemotingLink) -> None:
             try:
                 await link.request(RequestCode.UNREGISTER_BROKER, self._identity(), b"", 3.0)
             except (OSError, asyncio.TimeoutError, ConnectionError) as exc:

@@ -14,6 +14,7 @@ import itertools
 import logging
 import ssl
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from idemp.remoting import (
@@ -255,7 +256,7 @@ class BrokerServer:
         self.locks = LockManager(config.rebalanceLockMaxLiveTime)
         self.holds = PullHoldService()
         self.connections: set[Connection] = set()
-        self.opaques = itertools.count(1)
+        self.opaques: Iterator[int] = itertools.count(1)
         self.broker_handlers: dict[int, Handler] = {}
         self.namesrv_handlers: dict[int, Handler] = {}
         self.servers: list[asyncio.AbstractServer] = []
@@ -359,6 +360,9 @@ class BrokerServer:
                 await self.stop()
                 raise
             self.grpc_addr = f"{self.config.brokerIP1}:{port}"
+            # as listenPort: the bound port, which getBrokerConfig tells the cluster's
+            # other gRPC endpoints (they route 5.x clients here)
+            self.config.grpcServerPort = port
         if self.acl is not None:
             watch = AclFileWatch(self.acl, lambda acl: setattr(self, "acl", acl))
             self._tasks.append(loop.create_task(watch.run()))

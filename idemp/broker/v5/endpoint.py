@@ -540,6 +540,7 @@ class GrpcEndpoint:
         Telemetry stream never does), then the connections close."""
         if self._revive is not None:
             self._revive.cancel()
+        self.service.cluster.close()
         if self.server is None:
             return
         self.server.close()

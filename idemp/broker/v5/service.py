@@ -30,6 +30,7 @@ from ..metadata import Perm, grpc_group_error, grpc_topic_error
 from ..store import TIMER_DELIVER_MS, TIMER_TOPIC
 from ..timer import delete_key
 from ..transaction import STORE_REFUSED
+from .cluster import ClusterView
 from .convert import SYSTEM_KEYS, message_type_of, timestamp, to_proto, to_stored
 from .pop import HandleError, MalformedHandle, PopService, Receipt
 from .recall import RECALL_TAG, build_handle, parse_handle, refusal
@@ -122,6 +123,7 @@ class MessagingService:
         assert broker.store is not None
         self.store = broker.store
         self.pop = PopService(broker.store, broker.config.brokerName)
+        self.cluster = ClusterView(broker)
         self.clients: dict[str, ClientState] = {}
         # set when a client appears: the revive loop sleeps on it while there is
         # nothing to revive, renew or expire (an idle broker wakes no more than it must)
@@ -265,56 +267,79 @@ class MessagingService:
 
     # --- route ------------------------------------------------------------------------
     async def query_route(self, request: Any, context: Any) -> Any:
+        """Every broker's queues of the topic (``cluster.py``); the accepted message types
+        are this broker's topic's, UNSPECIFIED where it has no such topic (the proxy in
+        local mode reads its own broker's config)."""
         try:
             self._client(context)
-            cfg = self._topic(request.topic)
+            cfg = self._known_topic(request.topic)
+            brokers = await self.cluster.queues(request.topic.name)
+            if not brokers:
+                self._topic(request.topic)  # TOPIC_NOT_FOUND, as the proxy words it
         except RequestError as exc:
             return pb.QueryRouteResponse(status=status(exc.code, exc.message))
-        perm = cfg.perm & self.broker.config.brokerPermission
-        broker = self._broker(request.endpoints)
-        accepts = self._accepts(cfg)
-        readable, writable = bool(perm & Perm.READ), bool(perm & Perm.WRITE)
-        rw = min(cfg.readQueueNums, cfg.writeQueueNums) if readable and writable else 0
-        r = cfg.readQueueNums - rw if readable else 0
-        w = cfg.writeQueueNums - rw if writable else 0
-        n = 0 if readable or writable else max(1, cfg.readQueueNums, cfg.writeQueueNums)
+        here = self._broker(request.endpoints)
+        accepts = self._accepts(cfg) if cfg is not None else [pb.MESSAGE_TYPE_UNSPECIFIED]
         queues = []
-        qid = 0
-        for count, permission in ((r, pb.READ), (w, pb.WRITE), (rw, pb.READ_WRITE), (n, pb.NONE)):
-            for _ in range(count):
-                queues.append(
-                    pb.MessageQueue(
-                        topic=request.topic,
-                        id=qid,
-                        permission=permission,
-                        broker=broker,
-                        accept_message_types=accepts,
+        for bq in brokers:
+            broker = bq.broker(here)
+            perm = bq.perm
+            readable, writable = bool(perm & Perm.READ), bool(perm & Perm.WRITE)
+            nr, nw = bq.read_queues, bq.write_queues
+            rw = min(nr, nw) if readable and writable else 0
+            r = nr - rw if readable else 0
+            w = nw - rw if writable else 0
+            n = 0 if readable or writable else max(1, nr, nw)
+            qid = 0
+            for count, permission in (
+                (r, pb.READ),
+                (w, pb.WRITE),
+                (rw, pb.READ_WRITE),
+                (n, pb.NONE),
+            ):
+                for _ in range(count):
+                    queues.append(
+                        pb.MessageQueue(
+                            topic=request.topic,
+                            id=qid,
+                            permission=permission,
+                            broker=broker,
+                            accept_message_types=accepts,
+                        )
                     )
-                )
-                qid += 1
+                    qid += 1
         return pb.QueryRouteResponse(status=status(Code.OK), message_queues=queues)
 
     async def query_assignment(self, request: Any, context: Any) -> Any:
+        """One assignment per readable master (per queue for a FIFO group), each at its
+        own broker: a consumer receives from every broker of the cluster."""
         try:
             self._client(context)
-            cfg = self._topic(request.topic)
+            self._known_topic(request.topic)
+            brokers = await self.cluster.queues(request.topic.name)
+            if not brokers:
+                self._topic(request.topic)
             gcfg = self._group(request.group)
         except RequestError as exc:
             return pb.QueryAssignmentResponse(status=status(exc.code, exc.message))
-        perm = cfg.perm & self.broker.config.brokerPermission
-        if not perm & Perm.READ or cfg.readQueueNums <= 0:
-            return pb.QueryAssignmentResponse(status=status(Code.FORBIDDEN, "no readable queue"))
-        broker = self._broker(request.endpoints)
-        permission = self._permission(perm)
-        ids = range(cfg.readQueueNums) if gcfg.consumeMessageOrderly else [-1]
-        assignments = [
-            pb.Assignment(
-                message_queue=pb.MessageQueue(
-                    topic=request.topic, id=i, permission=permission, broker=broker
+        here = self._broker(request.endpoints)
+        assignments: list[Any] = []
+        for bq in brokers:
+            if bq.broker_id != 0 or not bq.perm & Perm.READ or bq.read_queues <= 0:
+                continue
+            broker = bq.broker(here)
+            permission = self._permission(bq.perm)
+            ids = range(bq.read_queues) if gcfg.consumeMessageOrderly else [-1]
+            assignments.extend(
+                pb.Assignment(
+                    message_queue=pb.MessageQueue(
+                        topic=request.topic, id=i, permission=permission, broker=broker
+                    )
                 )
+                for i in ids
             )
-            for i in ids
-        ]
+        if not assignments:
+            return pb.QueryAssignmentResponse(status=status(Code.FORBIDDEN, "no readable queue"))
         return pb.QueryAssignmentResponse(status=status(Code.OK), assignments=assignments)
 
     # --- clients ----------------------------------------------------------------------

@@ -1,0 +1,215 @@
+"""The rest of the cluster, as one broker's gRPC endpoint shows it to RocketMQ 5 clients.
+
+RocketMQ 5's proxy in local mode answers QueryRoute and QueryAssignment with the
+nameserver's route of the topic (LocalTopicRouteService.getTopicRouteForProxy): every
+broker's queues, each at that broker's host and a gRPC port. A client that knows one
+access point so sends, receives and acks at each queue's own broker; without the other
+brokers a 5.x consumer never sees what was sent to them. The proxy gives every broker
+its own gRPC port (one proxy per host); idemp's brokers may share a host, so a peer's
+port is asked of the peer (GET_BROKER_CONFIG's ``grpcServerPort``) and kept a while. A
+broker that names no gRPC port (RocketMQ 4.x) cannot serve a 5.x client and is left
+out; one that does not answer the question is taken at this broker's port, as the
+proxy would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import logging
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from idemp.remoting import RequestCode, ResponseCode, jsonlenient
+from idemp.remoting.javahash import hash_map_order
+
+from ..config import read_properties
+from ..link import RemotingLink
+from .schema import pb
+
+if TYPE_CHECKING:
+    from ..context import Broker
+
+log = logging.getLogger("idemp.broker.v5")
+
+ROUTE_TTL_S = 3.0  # a nameserver's answer, reused for this long (the proxy's cache: 20 s)
+PORT_TTL_S = 30.0  # a peer's gRPC port: a restarted peer's new one is learned within this
+UNREACHABLE_TTL_S = 5.0  # a peer that did not answer is asked again after this
+REQUEST_TIMEOUT_S = 3.0
+MASTER_ID = 0
+
+
+@dataclass(frozen=True)
+class BrokerQueues:
+    """One broker's queues of a topic: at ``endpoint`` (host, gRPC port), or at this
+    broker (None: under the address the client used)."""
+
+    name: str
+    broker_id: int
+    perm: int
+    read_queues: int
+    write_queues: int
+    endpoint: tuple[str, int] | None
+
+    def broker(self, here: Any) -> Any:
+        """The ``Broker`` of a message queue; ``here`` is this broker's, as answered."""
+        if self.endpoint is None:
+            return here
+        host, port = self.endpoint
+        return pb.Broker(
+            name=self.name,
+            id=self.broker_id,
+            endpoints=pb.Endpoints(
+                scheme=_scheme(host), addresses=[pb.Address(host=host, port=port)]
+            ),
+        )
+
+
+def _scheme(host: str) -> int:
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return int(pb.DOMAIN_NAME)
+    return int(pb.IPv4 if ip.version == 4 else pb.IPv6)
+
+
+Route = tuple[list[dict[str, Any]], dict[str, dict[int, str]]]
+
+
+class ClusterView:
+    def __init__(self, server: Broker) -> None:
+        self.server = server
+        self._links: dict[str, RemotingLink] = {}
+        self._routes: dict[str, tuple[float, Route]] = {}
+        self._ports: dict[str, tuple[float, int | None]] = {}
+        self._told: set[str] = set()
+
+    async def queues(self, topic: str) -> list[BrokerQueues]:
+        """The topic's queues on this broker (when it has the topic) and on every other
+        broker of the route that serves gRPC, brokers in the route's order."""
+        server = self.server
+        own = server.config.brokerName
+        out: list[BrokerQueues] = []
+        assert server.store is not None
+        cfg = server.store.topics.get(topic)
+        if cfg is not None:
+            perm = cfg.perm & server.config.brokerPermission
+            out.append(BrokerQueues(own, 0, perm, cfg.readQueueNums, cfg.writeQueueNums, None))
+        queue_datas, brokers = await self._route(topic)
+        for qd in queue_datas:
+            name = str(qd.get("brokerName"))
+            if name == own:
+                continue
+            for broker_id, addr in sorted(brokers.get(name, {}).items()):
+                port = await self._grpc_port(name, addr)
+                if port is None:
+                    continue
+                out.append(
+                    BrokerQueues(
+                        name,
+                        broker_id,
+                        int(qd.get("perm", 0)),
+                        int(qd.get("readQueueNums", 0)),
+                        int(qd.get("writeQueueNums", 0)),
+                        (addr.rpartition(":")[0], port),
+                    )
+                )
+        order = {n: i for i, n in enumerate(hash_map_order(q.name for q in out))}
+        out.sort(key=lambda q: (order[q.name], q.broker_id))
+        return out
+
+    async def _route(self, topic: str) -> Route:
+        server = self.server
+        if server.config.embeddedNamesrv:  # the brokers registered here
+            routes = server.namesrv.routes
+            brokers: dict[str, dict[int, str]] = {}
+            queue_datas = routes.queue_datas(topic)
+            for qd in queue_datas:
+                bd = routes.broker_data(qd["brokerName"]) or {}
+                addrs = bd.get("brokerAddrs") or {}
+                brokers[qd["brokerName"]] = {int(k): str(v) for k, v in addrs.items()}
+            return queue_datas, brokers
+        now = time.monotonic()
+        cached = self._routes.get(topic)
+        if cached is not None and now - cached[0] < ROUTE_TTL_S:
+            return cached[1]
+        route = await self._ask_route(topic)
+        if len(self._routes) > 1000:
+            self._routes.clear()
+        self._routes[topic] = (now, route)
+        return route
+
+    async def _ask_route(self, topic: str) -> Route:
+        """GET_ROUTEINFO_BY_TOPIC of the first nameserver that answers; none answering,
+        this broker's own queues only (said once)."""
+        fields = {"topic": topic, "acceptStandardJsonOnly": "true"}
+        for addr in self.server.config.namesrv_addrs:
+            try:
+                answer = await self._link(addr, "nameserver").request(
+                    RequestCode.GET_ROUTEINFO_BY_TOPIC, fields, b"", REQUEST_TIMEOUT_S
+                )
+            except (OSError, asyncio.TimeoutError, ConnectionError) as exc:
+                self._tell(f"down {addr}", f"gRPC routes: nameserver {addr} did not answer: {exc}")
+                continue
+            if answer.code != ResponseCode.SUCCESS or not answer.body:
+                return [], {}
+            data = jsonlenient.loads(answer.body)
+            brokers = {
+                str(bd.get("brokerName")): {
+                    int(k): str(v) for k, v in (bd.get("brokerAddrs") or {}).items()
+                }
+                for bd in data.get("brokerDatas") or []
+            }
+            return list(data.get("queueDatas") or []), brokers
+        return [], {}
+
+    async def _grpc_port(self, name: str, addr: str) -> int | None:
+        now = time.monotonic()
+        cached = self._ports.get(addr)
+        if cached is not None and now - cached[0] < (
+            PORT_TTL_S if cached[1] is not None else UNREACHABLE_TTL_S
+        ):
+            return cached[1]
+        try:
+            answer = await self._link(addr, "broker").request(
+                RequestCode.GET_BROKER_CONFIG, {}, b"", REQUEST_TIMEOUT_S
+            )
+        except (OSError, asyncio.TimeoutError, ConnectionError) as exc:
+            self._tell(
+                f"down {addr}", f"gRPC routes: broker {name} at {addr} did not answer: {exc}"
+            )
+            self._ports[addr] = (now, None)
+            return None
+        if answer.code != ResponseCode.SUCCESS:  # ACL, say: the proxy's rule, this port
+            port = self.server.config.grpcServerPort
+        else:
+            text = (answer.body or b"").decode("utf-8", errors="replace")
+            value = read_properties(text).get("grpcServerPort", "")
+            port = int(value) if value.strip().lstrip("-").isdigit() else -1
+        if port <= 0:
+            self._tell(
+                f"no gRPC {addr}",
+                f"broker {name} at {addr} serves no gRPC: 5.x clients miss its queues",
+            )
+            self._ports[addr] = (now, None)
+            return None
+        self._ports[addr] = (now, port)
+        return port
+
+    def _link(self, addr: str, what: str) -> RemotingLink:
+        link = self._links.get(addr)
+        if link is None:
+            link = self._links[addr] = RemotingLink(addr, self.server.opaques, what)
+        return link
+
+    def _tell(self, key: str, text: str) -> None:
+        """Once per peer and kind of trouble, not at every client's route refresh."""
+        if key not in self._told:
+            self._told.add(key)
+            log.warning("%s", text)
+
+    def close(self) -> None:
+        for link in self._links.values():
+            link.close()
+        self._links.clear()

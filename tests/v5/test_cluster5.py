@@ -1,0 +1,183 @@
+"""RocketMQ 5 clients on a cluster of several brokers, through one broker's gRPC endpoint.
+
+RocketMQ 5's proxy in local mode (one per broker) answers QueryRoute and QueryAssignment
+with every broker's queues, each at that broker's host and gRPC port, so a client that
+was given one access point sends, receives and acks at each queue's own broker
+(LocalTopicRouteService.getTopicRouteForProxy, RouteActivity; docs/broker.md, "Several
+brokers"). Before, idemp's endpoint listed its own broker only: a 5.x consumer never saw
+what was sent to the others.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from idemp.broker.process import BrokerProcess, NamesrvProcess
+from idemp.broker.v5.schema import pb
+from tests.broker.rawclient import RawClient
+
+from .conftest import Client5
+from .raw import Raw, resource
+
+pytestmark = pytest.mark.idemp_only("starts idemp's brokers with --no-namesrv")
+
+QUEUES = 2
+
+
+class Cluster:
+    def __init__(self, a: BrokerProcess, b: BrokerProcess, namesrv: str) -> None:
+        self.a, self.b, self.namesrv = a, b, namesrv
+
+    def create(self, topic: str, group: str, **group_fields: Any) -> None:
+        for broker in (self.a, self.b):
+            with RawClient(broker.broker_addr) as admin:
+                assert admin.create_topic(topic, QUEUES).code == 0
+                assert admin.create_group(group, **group_fields).code == 0
+
+    def stored(self, broker: BrokerProcess, topic: str) -> set[str]:
+        """The message ids (UNIQ_KEY, as a 5.x client's sends have) of ``topic`` on
+        ``broker``, read by a 4.x client's pulls."""
+        with RawClient(broker.broker_addr) as remoting:
+            return {
+                m.properties["UNIQ_KEY"]
+                for q in range(QUEUES)
+                for m in remoting.pull_messages(topic, q)
+                if "UNIQ_KEY" in m.properties
+            }
+
+
+@pytest.fixture(params=["idemp namesrv", "embedded"])
+def cluster(
+    request: pytest.FixtureRequest, make_broker: Callable[..., BrokerProcess], tmp_path: Path
+) -> Iterator[Cluster]:
+    """broker-a and broker-b, both with gRPC: under ``idemp namesrv``, or broker-b
+    registered with broker-a's embedded nameserver (the endpoint reads the route from
+    the nameserver in the first case, from its own in the second)."""
+    if request.param == "embedded":
+        a = make_broker(minInvisibleTimeMillsForRecv=2000)
+        namesrv, ns_proc = a.namesrv_addr, None
+    else:
+        ns_proc = NamesrvProcess(tmp_path / "namesrv").start()
+        namesrv = ns_proc.namesrv_addr
+        a = make_broker(
+            namesrvAddr=namesrv, embeddedNamesrv="false", minInvisibleTimeMillsForRecv=2000
+        )
+    b = make_broker(
+        namesrvAddr=namesrv,
+        embeddedNamesrv="false",
+        brokerName="broker-b",
+        minInvisibleTimeMillsForRecv=2000,
+    )
+    yield Cluster(a, b, namesrv)
+    if ns_proc is not None:
+        ns_proc.stop()
+
+
+def _endpoint(queue: Any) -> tuple[str, str]:
+    (address,) = queue.broker.endpoints.addresses
+    return queue.broker.name, f"{address.host}:{address.port}"
+
+
+def test_route_and_assignments_name_every_broker_at_its_own_endpoint(
+    cluster: Cluster, make_broker: Callable[..., BrokerProcess]
+) -> None:
+    cluster.create("CT", "CG")
+    # a third broker without gRPC (a RocketMQ 4.x one, say) cannot serve a 5.x client
+    c = make_broker(
+        namesrvAddr=cluster.namesrv,
+        embeddedNamesrv="false",
+        brokerName="broker-c",
+        grpcServerPort=-1,
+    )
+    with RawClient(c.broker_addr) as admin:
+        assert admin.create_topic("CT", QUEUES).code == 0
+    a_at, b_at = cluster.a.grpc_addr, cluster.b.grpc_addr
+    raw = Raw(a_at)
+    try:
+        endpoints = pb.Endpoints(
+            scheme=pb.IPv4, addresses=[pb.Address(host="127.0.0.1", port=int(a_at.split(":")[1]))]
+        )
+        route = raw.unary(
+            "QueryRoute",
+            pb.QueryRouteRequest(topic=resource("CT"), endpoints=endpoints),
+            pb.QueryRouteResponse,
+        )
+        assignment = raw.unary(
+            "QueryAssignment",
+            pb.QueryAssignmentRequest(
+                topic=resource("CT"), group=resource("CG"), endpoints=endpoints
+            ),
+            pb.QueryAssignmentResponse,
+        )
+    finally:
+        raw.close()
+    assert route.status.code == pb.OK
+    # the brokers in the order of RocketMQ's route (a Java HashMap by name: broker-b first)
+    assert [(*_endpoint(q), q.id, q.permission) for q in route.message_queues] == [
+        ("broker-b", b_at, 0, pb.READ_WRITE),
+        ("broker-b", b_at, 1, pb.READ_WRITE),
+        ("broker-a", a_at, 0, pb.READ_WRITE),
+        ("broker-a", a_at, 1, pb.READ_WRITE),
+    ]
+    assert {q.broker.id for q in route.message_queues} == {0}
+    assert all(list(q.accept_message_types) == [pb.NORMAL] for q in route.message_queues)
+    assert assignment.status.code == pb.OK
+    assert [(*_endpoint(a.message_queue), a.message_queue.id) for a in assignment.assignments] == [
+        ("broker-b", b_at, -1),
+        ("broker-a", a_at, -1),
+    ]
+
+
+def test_a_client_given_one_broker_sends_to_and_receives_from_all(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """A 5.x producer at broker-a's endpoint spreads its sends over both brokers; a
+    SimpleConsumer there receives them and what a 4.x client sent to broker-b, each
+    once, and acks each at its own broker (an ack at another broker is refused)."""
+    cluster.create("CT", "CG")
+    with RawClient(cluster.b.broker_addr) as remoting:
+        for i in range(6):
+            assert remoting.send_message("CT", f"4x-{i}".encode(), queue_id=i % QUEUES).code == 0
+    client = Client5(cluster.a.grpc_addr, tmp_path / "client5.log")
+    try:
+        client.ok("producer", name="p", topics=["CT"])
+        sent = client.ok(
+            "send", name="p", messages=[{"topic": "CT", "body": f"5x-{i}"} for i in range(20)]
+        )["receipts"]
+        on_a, on_b = cluster.stored(cluster.a, "CT"), cluster.stored(cluster.b, "CT")
+        # the producer's round robin over the four queues: half on each broker
+        assert len(on_a) == len(on_b) == 10
+        assert on_a | on_b == {r["message_id"] for r in sent}
+        client.ok("simple", name="c", group="CG", subs={"CT": "*"}, **{"await": 5})
+        got = client.receive_until(26, 40, invisible=30)
+        assert sorted(m["body"] for m in got) == sorted(
+            [f"5x-{i}" for i in range(20)] + [f"4x-{i}" for i in range(6)]
+        )
+        for m in got:
+            client.ok("ack", name="c", ref=m["ref"])
+    finally:
+        client.close()
+
+
+def test_a_push_consumer_given_one_broker_consumes_every_brokers_messages(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    cluster.create("CT", "CG")
+    for i, broker in enumerate((cluster.a, cluster.b, cluster.a, cluster.b)):
+        with RawClient(broker.broker_addr) as remoting:
+            for q in range(QUEUES):
+                assert remoting.send_message("CT", f"m{i}-{q}".encode(), queue_id=q).code == 0
+    client = Client5(cluster.a.grpc_addr, tmp_path / "client5.log")
+    try:
+        client.ok("push", name="push", group="CG", subs={"CT": "*"})
+        calls = client.ok("wait_push", name="push", count=8, within=40)["calls"]
+        assert sorted(c["body"] for c in calls) == sorted(
+            f"m{i}-{q}" for i in range(4) for q in range(QUEUES)
+        )
+        assert all(c["result"] == "SUCCESS" and c["delivery_attempt"] == 1 for c in calls)
+    finally:
+        client.close()
