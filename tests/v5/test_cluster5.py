@@ -132,6 +132,31 @@ def test_route_and_assignments_name_every_broker_at_its_own_endpoint(
     ]
 
 
+def test_a_topic_only_another_broker_has_is_routed_there_of_unspecified_type(
+    cluster: Cluster,
+) -> None:
+    """As RocketMQ 5.3.3's proxy in local mode answered for a topic its own broker did
+    not have (measured with two brokers): the other broker's queues, the message types
+    read from its own broker's config: UNSPECIFIED."""
+    with RawClient(cluster.b.broker_addr) as admin:
+        assert admin.create_topic("OnlyB", QUEUES, attributes="+message.type=FIFO").code == 0
+    raw = Raw(cluster.a.grpc_addr)
+    try:
+        route = raw.unary(
+            "QueryRoute", pb.QueryRouteRequest(topic=resource("OnlyB")), pb.QueryRouteResponse
+        )
+        missing = raw.unary(
+            "QueryRoute", pb.QueryRouteRequest(topic=resource("Nowhere")), pb.QueryRouteResponse
+        )
+    finally:
+        raw.close()
+    assert route.status.code == pb.OK
+    assert [(*_endpoint(q), q.id, list(q.accept_message_types)) for q in route.message_queues] == [
+        ("broker-b", cluster.b.grpc_addr, i, [pb.MESSAGE_TYPE_UNSPECIFIED]) for i in range(QUEUES)
+    ]
+    assert missing.status.code == pb.TOPIC_NOT_FOUND
+
+
 def test_a_client_given_one_broker_sends_to_and_receives_from_all(
     cluster: Cluster, tmp_path: Path
 ) -> None:
