@@ -82,19 +82,8 @@ def _endpoint(queue: Any) -> tuple[str, str]:
     return queue.broker.name, f"{address.host}:{address.port}"
 
 
-def test_route_and_assignments_name_every_broker_at_its_own_endpoint(
-    cluster: Cluster, make_broker: Callable[..., BrokerProcess]
-) -> None:
+def test_route_and_assignments_name_every_broker_at_its_own_endpoint(cluster: Cluster) -> None:
     cluster.create("CT", "CG")
-    # a third broker without gRPC (a RocketMQ 4.x one, say) cannot serve a 5.x client
-    c = make_broker(
-        namesrvAddr=cluster.namesrv,
-        embeddedNamesrv="false",
-        brokerName="broker-c",
-        grpcServerPort=-1,
-    )
-    with RawClient(c.broker_addr) as admin:
-        assert admin.create_topic("CT", QUEUES).code == 0
     a_at, b_at = cluster.a.grpc_addr, cluster.b.grpc_addr
     raw = Raw(a_at)
     try:
@@ -206,3 +195,30 @@ def test_a_push_consumer_given_one_broker_consumes_every_brokers_messages(
         assert all(c["result"] == "SUCCESS" and c["delivery_attempt"] == 1 for c in calls)
     finally:
         client.close()
+
+
+def test_brokers_that_cannot_serve_5x_clients_are_left_out(
+    cluster: Cluster, make_broker: Callable[..., BrokerProcess], tmp_path: Path
+) -> None:
+    """broker-c has gRPC off (as a RocketMQ 4.x broker has none); broker-d has ACL on and
+    refuses the unsigned question for its port. Neither is offered: a 5.x client could
+    not reach the one, and the other's port is unknown. Every broker has its cluster's topic (clusterTopicEnable)."""
+    acl = tmp_path / "acl" / "plain_acl.yml"
+    acl.parent.mkdir()
+    acl.write_text(
+        "accounts:\n  - accessKey: operator\n    secretKey: s3cr3t-ops\n    admin: true\n"
+    )
+    joining = {"namesrvAddr": cluster.namesrv, "embeddedNamesrv": "false"}
+    make_broker(brokerName="broker-c", grpcServerPort=-1, **joining)
+    make_broker(brokerName="broker-d", aclEnable="true", aclPlainFile=str(acl), **joining)
+    raw = Raw(cluster.a.grpc_addr)
+    try:
+        route = raw.unary(
+            "QueryRoute",
+            pb.QueryRouteRequest(topic=resource("DefaultCluster")),
+            pb.QueryRouteResponse,
+        )
+    finally:
+        raw.close()
+    assert route.status.code == pb.OK
+    assert sorted({q.broker.name for q in route.message_queues}) == ["broker-a", "broker-b"]

@@ -4,12 +4,12 @@ RocketMQ 5's proxy in local mode answers QueryRoute and QueryAssignment with the
 nameserver's route of the topic (LocalTopicRouteService.getTopicRouteForProxy): every
 broker's queues, each at that broker's host and a gRPC port. A client that knows one
 access point so sends, receives and acks at each queue's own broker; without the other
-brokers a 5.x consumer never sees what was sent to them. The proxy gives every broker
-its own gRPC port (one proxy per host); idemp's brokers may share a host, so a peer's
-port is asked of the peer (GET_BROKER_CONFIG's ``grpcServerPort``) and kept a while. A
-broker that names no gRPC port (RocketMQ 4.x) cannot serve a 5.x client and is left
-out; one that does not answer the question is taken at this broker's port, as the
-proxy would.
+brokers a 5.x consumer never sees what was sent to them. The proxy puts every broker at
+the port it listens on itself (one proxy per host); idemp's brokers may share a host, so
+a peer's port is asked of the peer (GET_BROKER_CONFIG's ``grpcServerPort``) and kept a
+while. A broker that names no gRPC port (RocketMQ 4.x) cannot serve a 5.x client and is
+left out, as is one that refuses the question (ACL on it): on a shared host the proxy's
+rule (this broker's port) would route its queues back here.
 """
 
 from __future__ import annotations
@@ -154,7 +154,11 @@ class ClusterView:
                 continue
             if answer.code != ResponseCode.SUCCESS or not answer.body:
                 return [], {}
-            data = jsonlenient.loads(answer.body)
+            try:
+                data = jsonlenient.loads(answer.body)
+            except ValueError as exc:  # not a route: as if it had none
+                self._tell(f"bad {addr}", f"gRPC routes: nameserver {addr}'s route: {exc}")
+                return [], {}
             brokers = {
                 str(bd.get("brokerName")): {
                     int(k): str(v) for k, v in (bd.get("brokerAddrs") or {}).items()
@@ -181,12 +185,17 @@ class ClusterView:
             )
             self._ports[addr] = (now, None)
             return None
-        if answer.code != ResponseCode.SUCCESS:  # ACL, say: the proxy's rule, this port
-            port = self.server.config.grpcServerPort
-        else:
-            text = (answer.body or b"").decode("utf-8", errors="replace")
-            value = read_properties(text).get("grpcServerPort", "")
-            port = int(value) if value.strip().lstrip("-").isdigit() else -1
+        if answer.code != ResponseCode.SUCCESS:  # ACL on it, say: unsigned, refused
+            self._tell(
+                f"refused {addr}",
+                f"broker {name} at {addr} refused getBrokerConfig ({answer.code} "
+                f"{answer.remark}): 5.x clients miss its queues",
+            )
+            self._ports[addr] = (now, None)
+            return None
+        text = (answer.body or b"").decode("utf-8", errors="replace")
+        value = read_properties(text).get("grpcServerPort", "")
+        port = int(value) if value.strip().lstrip("-").isdigit() else -1
         if port <= 0:
             self._tell(
                 f"no gRPC {addr}",
