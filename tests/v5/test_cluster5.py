@@ -202,7 +202,8 @@ def test_brokers_that_cannot_serve_5x_clients_are_left_out(
 ) -> None:
     """broker-c has gRPC off (as a RocketMQ 4.x broker has none); broker-d has ACL on and
     refuses the unsigned question for its port. Neither is offered: a 5.x client could
-    not reach the one, and the other's port is unknown. Every broker has its cluster's topic (clusterTopicEnable)."""
+    not reach the one, and the other's port is unknown. Every broker has its cluster's
+    topic (clusterTopicEnable)."""
     acl = tmp_path / "acl" / "plain_acl.yml"
     acl.parent.mkdir()
     acl.write_text(
