@@ -23,6 +23,7 @@ from idemp.message import Message
 from idemp.reconcile.loaders import load_cluster_offsets
 from idemp.remoting import RequestCode, ResponseCode, jsonlenient
 from idemp.runners import ConcurrentRunner, OrderlyRunner
+from tests.broker.official_scripts import Clients
 from tests.broker.rawclient import RawClient
 from tests.client.conftest import wait_for
 
@@ -175,6 +176,44 @@ def test_a_killed_broker_leaves_the_routes_and_sends_go_to_the_others(
     # started again on its store, it registers and its queues come back
     b.start()
     assert _brokers_of(namesrv.namesrv_addr, TOPIC) == ["broker-a", "broker-b"]
+
+
+def test_the_official_cpp_client_sends_over_and_consumes_from_both_brokers(
+    make_broker: Callable[..., BrokerProcess], namesrv: NamesrvProcess, tmp_path: Path
+) -> None:
+    """rocketmq-client-python (the C++ client 2.0) given only the nameserver: its sends
+    reach the queues of both brokers and its push consumer, concurrent and orderly,
+    receives every message once."""
+    brokers = [_joining(make_broker, namesrv.namesrv_addr, n) for n in ("broker-a", "broker-b")]
+    for broker in brokers:
+        _create_topic(broker)
+    clients = Clients(tmp_path / "client-home")
+    try:
+        producer = clients.producer(namesrv.namesrv_addr)
+        sent = producer.send({"topic": TOPIC, "body": f"c{i}"} for i in range(80))
+        ids = {s["msg_id"] for s in sent}
+        stored = []
+        for broker in brokers:
+            with RawClient(broker.broker_addr) as remoting:
+                stored.append(
+                    {
+                        m.properties["UNIQ_KEY"]
+                        for q in range(QUEUES)
+                        for m in remoting.pull_messages(TOPIC, q)
+                    }
+                )
+        assert stored[0] | stored[1] == ids
+        assert stored[0] and stored[1]  # round robin over all 8 queues
+        for orderly in (False, True):
+            consumer = clients.consumer(
+                namesrv.namesrv_addr, f"cpp-{orderly}", TOPIC, orderly=orderly
+            )
+            consumer.wait(lambda c=consumer: len(c.messages) >= 80, 60, "80 messages")
+            clients.stop_all([consumer])
+            assert consumer.errors() == []
+            assert Counter(m["id"] for m in consumer.messages) == Counter(ids)
+    finally:
+        clients.close()
 
 
 def test_the_nameserver_alone_answers_no_route_and_an_empty_cluster(
