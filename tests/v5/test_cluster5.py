@@ -29,8 +29,10 @@ QUEUES = 2
 
 
 class Cluster:
-    def __init__(self, a: BrokerProcess, b: BrokerProcess, namesrv: str) -> None:
-        self.a, self.b, self.namesrv = a, b, namesrv
+    def __init__(
+        self, a: BrokerProcess, b: BrokerProcess, namesrv: str, ns: NamesrvProcess | None
+    ) -> None:
+        self.a, self.b, self.namesrv, self.ns = a, b, namesrv, ns
 
     def create(self, topic: str, group: str, **group_fields: Any) -> None:
         for broker in (self.a, self.b):
@@ -50,16 +52,14 @@ class Cluster:
             }
 
 
-@pytest.fixture(params=["idemp namesrv", "embedded"])
-def cluster(
-    request: pytest.FixtureRequest, make_broker: Callable[..., BrokerProcess], tmp_path: Path
-) -> Iterator[Cluster]:
+def start_cluster(mode: str, make_broker: Callable[..., BrokerProcess], tmp_path: Path) -> Cluster:
     """broker-a and broker-b, both with gRPC: under ``idemp namesrv``, or broker-b
     registered with broker-a's embedded nameserver (the endpoint reads the route from
     the nameserver in the first case, from its own in the second)."""
-    if request.param == "embedded":
+    ns_proc = None
+    if mode == "embedded":
         a = make_broker(minInvisibleTimeMillsForRecv=2000)
-        namesrv, ns_proc = a.namesrv_addr, None
+        namesrv = a.namesrv_addr
     else:
         ns_proc = NamesrvProcess(tmp_path / "namesrv").start()
         namesrv = ns_proc.namesrv_addr
@@ -72,9 +72,17 @@ def cluster(
         brokerName="broker-b",
         minInvisibleTimeMillsForRecv=2000,
     )
-    yield Cluster(a, b, namesrv)
-    if ns_proc is not None:
-        ns_proc.stop()
+    return Cluster(a, b, namesrv, ns_proc)
+
+
+@pytest.fixture(params=["idemp namesrv", "embedded"])
+def cluster(
+    request: pytest.FixtureRequest, make_broker: Callable[..., BrokerProcess], tmp_path: Path
+) -> Iterator[Cluster]:
+    made = start_cluster(request.param, make_broker, tmp_path)
+    yield made
+    if made.ns is not None:
+        made.ns.stop()
 
 
 def _endpoint(queue: Any) -> tuple[str, str]:
@@ -223,3 +231,25 @@ def test_brokers_that_cannot_serve_5x_clients_are_left_out(
         raw.close()
     assert route.status.code == pb.OK
     assert sorted({q.broker.name for q in route.message_queues}) == ["broker-a", "broker-b"]
+
+
+def test_without_a_nameserver_the_endpoint_routes_to_its_own_broker(
+    make_broker: Callable[..., BrokerProcess], tmp_path: Path
+) -> None:
+    """broker-a asks the nameserver for the route (``--no-namesrv``); with none answering,
+    its own queues are what it can vouch for."""
+    cluster = start_cluster("idemp namesrv", make_broker, tmp_path)
+    assert cluster.ns is not None
+    cluster.create("CT", "CG")
+    cluster.ns.stop()
+    raw = Raw(cluster.a.grpc_addr)
+    try:
+        route = raw.unary(
+            "QueryRoute", pb.QueryRouteRequest(topic=resource("CT")), pb.QueryRouteResponse
+        )
+    finally:
+        raw.close()
+    assert route.status.code == pb.OK
+    assert [(q.broker.name, q.id) for q in route.message_queues] == [
+        ("broker-a", i) for i in range(QUEUES)
+    ]

@@ -36,7 +36,8 @@ log = logging.getLogger("idemp.broker.v5")
 ROUTE_TTL_S = 3.0  # a nameserver's answer, reused for this long (the proxy's cache: 20 s)
 PORT_TTL_S = 30.0  # a peer's gRPC port: a restarted peer's new one is learned within this
 UNREACHABLE_TTL_S = 5.0  # a peer that did not answer is asked again after this
-REQUEST_TIMEOUT_S = 3.0
+# within a 5.x client's own request timeout (3 s by default) for the route it asked
+REQUEST_TIMEOUT_S = 1.0
 MASTER_ID = 0
 
 
@@ -97,24 +98,27 @@ class ClusterView:
             perm = cfg.perm & server.config.brokerPermission
             out.append(BrokerQueues(own, 0, perm, cfg.readQueueNums, cfg.writeQueueNums, None))
         queue_datas, brokers = await self._route(topic)
-        for qd in queue_datas:
-            name = str(qd.get("brokerName"))
-            if name == own:
+        peers = [
+            (qd, name, broker_id, addr)
+            for qd in queue_datas
+            if (name := str(qd.get("brokerName"))) != own
+            for broker_id, addr in sorted(brokers.get(name, {}).items())
+        ]
+        # asked side by side: one slow peer costs a client's route one timeout, not one each
+        ports = await asyncio.gather(*(self._grpc_port(name, addr) for _, name, _, addr in peers))
+        for (qd, name, broker_id, addr), port in zip(peers, ports):
+            if port is None:
                 continue
-            for broker_id, addr in sorted(brokers.get(name, {}).items()):
-                port = await self._grpc_port(name, addr)
-                if port is None:
-                    continue
-                out.append(
-                    BrokerQueues(
-                        name,
-                        broker_id,
-                        int(qd.get("perm", 0)),
-                        int(qd.get("readQueueNums", 0)),
-                        int(qd.get("writeQueueNums", 0)),
-                        (addr.rpartition(":")[0], port),
-                    )
+            out.append(
+                BrokerQueues(
+                    name,
+                    broker_id,
+                    int(qd.get("perm", 0)),
+                    int(qd.get("readQueueNums", 0)),
+                    int(qd.get("writeQueueNums", 0)),
+                    (addr.rpartition(":")[0], port),
                 )
+            )
         order = {n: i for i, n in enumerate(hash_map_order(q.name for q in out))}
         out.sort(key=lambda q: (order[q.name], q.broker_id))
         return out
