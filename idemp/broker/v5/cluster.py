@@ -26,6 +26,7 @@ from idemp.remoting.javahash import hash_map_order
 
 from ..config import read_properties
 from ..link import RemotingLink
+from ..metadata import Perm
 from .schema import pb
 
 if TYPE_CHECKING:
@@ -65,6 +66,25 @@ class BrokerQueues:
                 scheme=_scheme(host), addresses=[pb.Address(host=host, port=port)]
             ),
         )
+
+    def message_queues(self, topic: Any, here: Any, accepts: list[int]) -> list[Any]:
+        """QueryRoute's queues of this broker (RouteActivity.genMessageQueueFromQueueData):
+        read-only ones first, then write-only, read-write, and for a broker that allows
+        neither as many NONE queues as it has."""
+        readable, writable = bool(self.perm & Perm.READ), bool(self.perm & Perm.WRITE)
+        nr, nw = self.read_queues, self.write_queues
+        rw = min(nr, nw) if readable and writable else 0
+        r = nr - rw if readable else 0
+        w = nw - rw if writable else 0
+        n = 0 if readable or writable else max(1, nr, nw)
+        broker = self.broker(here)
+        kinds = [pb.READ] * r + [pb.WRITE] * w + [pb.READ_WRITE] * rw + [pb.NONE] * n
+        return [
+            pb.MessageQueue(
+                topic=topic, id=i, permission=kind, broker=broker, accept_message_types=accepts
+            )
+            for i, kind in enumerate(kinds)
+        ]
 
 
 def _scheme(host: str) -> int:

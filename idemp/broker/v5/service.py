@@ -280,34 +280,7 @@ class MessagingService:
             return pb.QueryRouteResponse(status=status(exc.code, exc.message))
         here = self._broker(request.endpoints)
         accepts = self._accepts(cfg) if cfg is not None else [pb.MESSAGE_TYPE_UNSPECIFIED]
-        queues = []
-        for bq in brokers:
-            broker = bq.broker(here)
-            perm = bq.perm
-            readable, writable = bool(perm & Perm.READ), bool(perm & Perm.WRITE)
-            nr, nw = bq.read_queues, bq.write_queues
-            rw = min(nr, nw) if readable and writable else 0
-            r = nr - rw if readable else 0
-            w = nw - rw if writable else 0
-            n = 0 if readable or writable else max(1, nr, nw)
-            qid = 0
-            for count, permission in (
-                (r, pb.READ),
-                (w, pb.WRITE),
-                (rw, pb.READ_WRITE),
-                (n, pb.NONE),
-            ):
-                for _ in range(count):
-                    queues.append(
-                        pb.MessageQueue(
-                            topic=request.topic,
-                            id=qid,
-                            permission=permission,
-                            broker=broker,
-                            accept_message_types=accepts,
-                        )
-                    )
-                    qid += 1
+        queues = [q for bq in brokers for q in bq.message_queues(request.topic, here, accepts)]
         return pb.QueryRouteResponse(status=status(Code.OK), message_queues=queues)
 
     async def query_assignment(self, request: Any, context: Any) -> Any:
