@@ -51,7 +51,12 @@ def config_lines(cfg: BrokerConfig) -> str:
     )
     items.update((name, _value(getattr(cfg, name))) for name in modelled)
     items.update(cfg.unknown)
-    return "".join(f"{k}={v}\n" for k, v in items.items())
+    rank = _BODY_RANK
+    ordered = sorted(items.items(), key=lambda kv: rank.get(kv[0], len(rank)))
+    return "".join(f"{k}={v}\n" for k, v in ordered)
+
+
+_BODY_RANK = {key: i for i, key in enumerate(rocketmq_defaults.BODY_ORDER)}
 
 
 def get_config(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingCommand:

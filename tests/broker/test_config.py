@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from idemp.broker.config import ConfigError, load_config
+from idemp.broker.admin_config import config_lines
+from idemp.broker.config import BrokerConfig, ConfigError, load_config
 from idemp.broker.metadata import TopicConfig, perm_string
+from idemp.broker.rocketmq_defaults import BODY_ORDER
 
 
 def test_property_filter_is_a_setting_of_its_own() -> None:
@@ -22,3 +24,28 @@ def test_topic_config_reads_as_java_prints_it() -> None:
         "topicFilterType=SINGLE_TAG, topicSysFlag=0, order=false]"
     )
     assert [perm_string(p) for p in (0, 1, 2, 4, 7)] == ["---", "--X", "-W-", "R--", "RWX"]
+
+
+def test_get_broker_config_lists_rocketmqs_settings_in_its_order_then_idemps_own(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """mqadmin getBrokerConfig prints a Properties map built from the answer's lines; keys
+    sharing a bucket print in the order they came, so RocketMQ's order in the answer
+    makes mqadmin print RocketMQ's settings in RocketMQ 4.9.7's order (compared with a
+    4.9.7 broker: the same order, idemp's own settings interleaved)."""
+    monkeypatch.setenv("ROCKETMQ_HOME", "/opt/rocketmq")
+    keys = [line.split("=", 1)[0] for line in config_lines(BrokerConfig()).splitlines()]
+    assert keys[: len(BODY_ORDER)] == list(BODY_ORDER)
+    assert set(keys[len(BODY_ORDER) :]) == {
+        "aclPlainFile",
+        "bindAddress",
+        "diskSpaceWarningLevelRatio",
+        "embeddedNamesrv",
+        "enableMixedMessageType",
+        "grpcClientIdleTimeMills",
+        "grpcServerPort",
+        "minInvisibleTimeMillsForRecv",
+        "rebalanceLockMaxLiveTime",
+        "recallMessageEnable",
+        "transactionDataExpireMillis",
+    }
