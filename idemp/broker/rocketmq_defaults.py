@@ -383,6 +383,17 @@ NAMESRV_STATIC: dict[str, str] = {
 }
 
 
+# The order RocketMQ 4.9.7's nameserver lists its settings in (see BODY_ORDER).
+NAMESRV_BODY_ORDER: tuple[str, ...] = (
+    "serverSocketBacklog", "writeBufferHighWaterMark", "serverWorkerThreads",
+    "serverSelectorThreads", "serverChannelMaxIdleTimeSeconds", "writeBufferLowWaterMark",
+    "serverSocketRcvBufSize", "serverAsyncSemaphoreValue", "kvConfigPath", "configStorePath",
+    "clusterTest", "orderMessageEnable", "serverSocketSndBufSize", "serverOnewaySemaphoreValue",
+    "serverCallbackExecutorThreads", "listenPort", "rocketmqHome", "productEnvName",
+    "useEpollNativeSelector", "serverPooledByteBufAllocatorEnable",
+)  # fmt: skip
+
+
 def namesrv_settings(listen_port: str, kv_path: str, config_path: str) -> dict[str, str]:
     out = {
         "listenPort": listen_port,
@@ -393,4 +404,4 @@ def namesrv_settings(listen_port: str, kv_path: str, config_path: str) -> dict[s
     home = os.environ.get("ROCKETMQ_HOME")
     if home is not None:  # a null rocketmqHome is left out, as RocketMQ leaves it
         out["rocketmqHome"] = home
-    return out
+    return {key: out[key] for key in NAMESRV_BODY_ORDER if key in out}

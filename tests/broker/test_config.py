@@ -7,7 +7,7 @@ import pytest
 from idemp.broker.admin_config import config_lines
 from idemp.broker.config import BrokerConfig, ConfigError, load_config
 from idemp.broker.metadata import TopicConfig, perm_string
-from idemp.broker.rocketmq_defaults import BODY_ORDER
+from idemp.broker.rocketmq_defaults import BODY_ORDER, NAMESRV_BODY_ORDER, namesrv_settings
 
 
 def test_property_filter_is_a_setting_of_its_own() -> None:
@@ -49,3 +49,14 @@ def test_get_broker_config_lists_rocketmqs_settings_in_its_order_then_idemps_own
         "recallMessageEnable",
         "transactionDataExpireMillis",
     }
+
+
+def test_get_namesrv_config_lists_the_settings_in_rocketmqs_order(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("ROCKETMQ_HOME", "/opt/rocketmq")
+    assert list(namesrv_settings("9876", "kv.json", "ns.properties")) == list(NAMESRV_BODY_ORDER)
+    monkeypatch.delenv("ROCKETMQ_HOME")
+    assert list(namesrv_settings("9876", "kv.json", "ns.properties")) == [
+        k for k in NAMESRV_BODY_ORDER if k != "rocketmqHome"
+    ]
