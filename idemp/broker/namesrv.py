@@ -13,6 +13,7 @@ import json
 import logging
 import re
 import time
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from idemp.remoting import RemotingCommand, RequestCode, ResponseCode
@@ -242,14 +243,22 @@ def cluster_info(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingCo
     return cmd.response(ResponseCode.SUCCESS, body=_dumps(body, cmd.version >= V4_9_4))
 
 
-def _all_topics(server: Broker) -> set[str]:
+def _local_topics(server: Broker) -> list[str]:
+    """This broker's routed topics, in the order they were created."""
     local = server.store.topics.topics if server.store is not None else {}
-    return {t for t in local if _routed(server, t)} | set(server.namesrv.routes.topics)
+    return [t for t in local if _routed(server, t)]
+
+
+def _topic_list(names: Iterable[str], **extra: Any) -> bytes:
+    """A TopicList: RocketMQ's is a HashSet filled in the order the nameserver's own hash
+    map lists the topics, so mqadmin, filling its own from the answer, prints topics of
+    one bucket in the order they were first registered; given here in that order."""
+    return _dumps({"topicList": hash_map_order(names), **extra}, True)
 
 
 def topic_list(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingCommand:
-    body = {"topicList": sorted(_all_topics(server))}
-    return cmd.response(ResponseCode.SUCCESS, body=_dumps(body, True))
+    body = _topic_list([*_local_topics(server), *server.namesrv.routes.topics])
+    return cmd.response(ResponseCode.SUCCESS, body=body)
 
 
 def put_kv(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingCommand:
@@ -358,42 +367,41 @@ def delete_topic_route(server: Broker, conn: Peer, cmd: RemotingCommand) -> Remo
 
 def topics_by_cluster(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingCommand:
     cluster = cmd.ext_fields.get("cluster", "")
-    topics: set[str] = set()
-    if server.store is not None and cluster == server.config.brokerClusterName:
-        topics = {t for t in server.store.topics.topics if _routed(server, t)}
+    topics: list[str] = []
+    if cluster == server.config.brokerClusterName:
+        topics = _local_topics(server)
     routes = server.namesrv.routes
     names = routes.clusters.get(cluster, set())
-    topics |= {t for t, by_broker in routes.topics.items() if names & by_broker.keys()}
-    return cmd.response(ResponseCode.SUCCESS, body=_dumps({"topicList": sorted(topics)}, True))
+    topics += [t for t, by_broker in routes.topics.items() if names & by_broker.keys()]
+    return cmd.response(ResponseCode.SUCCESS, body=_topic_list(topics))
 
 
 def system_topics(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingCommand:
     """RouteInfoManager.getSystemTopicList: cluster and broker names, and a broker address."""
-    names: set[str] = set()
-    for cluster, brokers in _clusters(server).items():
-        names |= {cluster, *brokers}
-    body: dict[str, Any] = {"topicList": sorted(names)}
+    names: list[str] = []
+    clusters = _clusters(server)
+    for cluster in hash_map_order(clusters):  # clusterAddrTable, its sets of broker names
+        names += [cluster, *hash_map_order(sorted(clusters[cluster]))]
     addr = server.broker_addr or next(
         (a for e in server.namesrv.routes.brokers.values() for a in e.addrs.values()), None
     )
-    if addr:
-        body["brokerAddr"] = addr
-    return cmd.response(ResponseCode.SUCCESS, body=_dumps(body, True))
+    extra = {"brokerAddr": addr} if addr else {}
+    return cmd.response(ResponseCode.SUCCESS, body=_topic_list(names, **extra))
 
 
 def unit_topics(flag: int, without: int) -> Handler:
     def handler(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingCommand:
         local = server.store.topics.topics if server.store is not None else {}
-        topics = {
+        topics = [
             name
             for name, cfg in local.items()
             if cfg.topicSysFlag & flag and not cfg.topicSysFlag & without and _routed(server, name)
-        }
+        ]
         for name, by_broker in server.namesrv.routes.topics.items():
             first = next(iter(by_broker.values()), None)  # RocketMQ reads one queue data
             if first and first["topicSysFlag"] & flag and not first["topicSysFlag"] & without:
-                topics.add(name)
-        return cmd.response(ResponseCode.SUCCESS, body=_dumps({"topicList": sorted(topics)}, True))
+                topics.append(name)
+        return cmd.response(ResponseCode.SUCCESS, body=_topic_list(topics))
 
     return handler
 
