@@ -14,6 +14,10 @@ strategies, as any redelivery.
     idemp dlq replay --namesrv 127.0.0.1:9876 --group billing --msg-id 7F0000…
     idemp dlq replay --namesrv 127.0.0.1:9876 --group billing --from-offset 12
 
+On a cluster each broker keeps the dead letters of the messages it held, in a DLQ queue
+of its own: ``list`` names each letter's broker, and an offset means something only with
+its broker (``--from-offset 12 --broker broker-b``).
+
 ACL and TLS come from the environment (IDEMP_ACCESS_KEY, IDEMP_SECRET_KEY,
 IDEMP_USE_TLS), as for every client of idemp's.
 """
@@ -56,23 +60,33 @@ _NOT_RESENT = frozenset(
 REPLAY_PRODUCER_GROUP = "idemp-dlq-replay"
 
 
+#: a dead letter: the broker whose DLQ queue holds it, its offset there, the message
+Letter = tuple[str, int, MessageExt]
+
+
 def dead_letters(namesrv_addr: str, group: str) -> list[tuple[int, MessageExt]]:
     """Every message in ``%DLQ%<group>``, with its queue offset, oldest first; none when
-    the group never dead-lettered one (RocketMQ creates the topic at the first)."""
+    the group never dead-lettered one (RocketMQ creates the topic at the first). On a
+    cluster each broker's offsets count on their own."""
     with HistoryPuller(namesrv_addr) as puller:
-        return _letters(puller, _dlq_queues(puller, group))
+        return [(offset, m) for _, offset, m in _letters(puller, _dlq_queues(puller, group))]
 
 
-def _dlq_queues(puller: HistoryPuller, group: str) -> list[MessageQueue]:
-    return puller.queues(DLQ_GROUP_TOPIC_PREFIX + group) or []
+def _dlq_queues(puller: HistoryPuller, group: str, broker: str | None = None) -> list[MessageQueue]:
+    queues = puller.queues(DLQ_GROUP_TOPIC_PREFIX + group) or []
+    return [mq for mq in queues if broker is None or mq.broker_name == broker]
 
 
-def _letters(puller: HistoryPuller, queues: list[MessageQueue]) -> list[tuple[int, MessageExt]]:
-    out: list[tuple[int, MessageExt]] = []
+def _letters(puller: HistoryPuller, queues: list[MessageQueue]) -> list[Letter]:
+    """Oldest first: one DLQ queue per broker (DLQ_NUMS_PER_GROUP), interleaved by the
+    time each letter was stored."""
+    out: list[Letter] = []
     for mq in queues:
         lo, hi = puller.offset_range(mq, TimeRange())
-        out.extend((m.queue_offset, m) for m in puller.pull(mq, lo, hi, decompress=True))
-    return sorted(out, key=lambda item: item[0])  # one queue (DLQ_NUMS_PER_GROUP)
+        out.extend(
+            (mq.broker_name, m.queue_offset, m) for m in puller.pull(mq, lo, hi, decompress=True)
+        )
+    return sorted(out, key=lambda item: (item[2].store_timestamp, item[0], item[1]))
 
 
 def _broadcasting(puller: HistoryPuller, queues: list[MessageQueue], group: str) -> bool:
@@ -123,10 +137,11 @@ def replay(
     return sent
 
 
-def describe(offset: int, msg: MessageExt, group: str) -> dict[str, Any]:
+def describe(broker: str, offset: int, msg: MessageExt, group: str) -> dict[str, Any]:
     body = msg.body.decode("utf-8", "replace")
     _, original = retry_route(msg, group)
     return {
+        "broker": broker,
         "offset": offset,
         "msg_id": msg.uniq_key or msg.offset_msg_id,
         "topic": original,
@@ -147,6 +162,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         one = sub.add_parser(name, help=text)
         one.add_argument("--namesrv", required=True, help="the nameserver (host:port)")
         one.add_argument("--group", required=True, help="the consumer group")
+        one.add_argument(
+            "--broker",
+            metavar="NAME",
+            help="only this broker's dead letters (on a cluster, each broker has its own)",
+        )
         if name == "list":
             one.add_argument("--json", action="store_true", help="one JSON object per line")
             continue
@@ -159,7 +179,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         which.add_argument(
             "--from-offset",
             type=int,
-            help="every dead letter from this DLQ queue offset on (as `list` shows them)",
+            help="every dead letter from this DLQ queue offset on (as `list` shows them; "
+            "on a cluster, with --broker: each broker counts its own)",
         )
         which.add_argument("--all", action="store_true", help="every dead letter of the group")
         one.add_argument(
@@ -181,7 +202,7 @@ def run(args: argparse.Namespace) -> int:
     args.group = wrap_namespace(namespace, args.group)
     try:
         with HistoryPuller(args.namesrv) as puller:  # one client for the reads
-            queues = _dlq_queues(puller, args.group)
+            queues = _dlq_queues(puller, args.group, args.broker)
             letters = _letters(puller, queues)
             # a replay to the group's retry topic: does any consumer read it?
             to_retry = args.dlq_command == "replay" and args.to is None and bool(letters)
@@ -192,12 +213,21 @@ def run(args: argparse.Namespace) -> int:
     if args.dlq_command == "list":
         return _list(args, letters)
     if args.all:
-        chosen = [m for _, m in letters]
+        chosen = [m for _, _, m in letters]
     elif args.from_offset is not None:
-        chosen = [m for off, m in letters if off >= args.from_offset]
+        brokers = sorted({b for b, _, _ in letters})
+        if len(brokers) > 1:
+            print(
+                f"idemp dlq: the dead letters of {args.group} are on {', '.join(brokers)}, "
+                "each broker with offsets of its own: give --broker NAME with --from-offset; "
+                "nothing sent",
+                file=sys.stderr,
+            )
+            return 2
+        chosen = [m for _, off, m in letters if off >= args.from_offset]
     else:
         wanted = set(args.msg_id)
-        chosen = [m for _, m in letters if {m.uniq_key, m.offset_msg_id} & wanted]
+        chosen = [m for _, _, m in letters if {m.uniq_key, m.offset_msg_id} & wanted]
         missing = wanted - {m.uniq_key for m in chosen} - {m.offset_msg_id for m in chosen}
         if missing:
             print(
@@ -206,7 +236,7 @@ def run(args: argparse.Namespace) -> int:
             )
             return 1
     if not chosen:
-        print(f"no dead letters of {args.group} to replay")
+        print(f"no dead letters of {args.group}{_on(args)} to replay")
         return 0
     if fanned_out:
         print(
@@ -224,20 +254,25 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _list(args: argparse.Namespace, letters: list[tuple[int, MessageExt]]) -> int:
-    rows = [describe(offset, msg, args.group) for offset, msg in letters]
+def _list(args: argparse.Namespace, letters: list[Letter]) -> int:
+    rows = [describe(broker, offset, msg, args.group) for broker, offset, msg in letters]
     if args.json:
         for row in rows:
             print(json.dumps(row, ensure_ascii=False))
         return 0
     if not rows:
-        print(f"no dead letters of {args.group}")
+        print(f"no dead letters of {args.group}{_on(args)}")
         return 0
-    print(f"{len(rows)} dead letters of {args.group} (%DLQ%{args.group}), oldest first:")
+    print(f"{len(rows)} dead letters of {args.group}{_on(args)} (%DLQ%{args.group}), oldest first:")
     for r in rows:
         print(
-            f"  offset {r['offset']}  {r['msg_id']}  topic {r['topic']}  keys {r['keys']}  "
+            f"  {r['broker']} offset {r['offset']}  {r['msg_id']}  topic {r['topic']}  "
+            f"keys {r['keys']}  "
             f"tags {r['tags']}  reconsumed {r['reconsume_times']}  stored {r['stored']}  "
             f"body {r['body']!r}"
         )
     return 0
+
+
+def _on(args: argparse.Namespace) -> str:
+    return f" on {args.broker}" if args.broker else ""

@@ -8,9 +8,10 @@ import re
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
-from idemp.broker.process import BrokerProcess
+from idemp.broker.process import BrokerProcess, NamesrvProcess
 from idemp.client import (
     ClientSettings,
     ConsumeFrom,
@@ -22,6 +23,7 @@ from idemp.client import (
 from idemp.message import ConsumeResult, Message
 from idemp.runners import ConcurrentRunner
 from idemp.tools.dlq import dead_letters, retry_route
+from tests.broker.rawclient import RawClient
 from tests.client.conftest import broker, make_broker, wait_for  # noqa: F401 - fixtures
 
 DLQ = [sys.executable, "-m", "idemp", "dlq"]
@@ -228,3 +230,61 @@ def test_a_broadcasting_groups_dead_letter_is_replayed_to_its_topic(
         wait_for(lambda: listener.bodies() == [b"bad 1", b"bad 1"], 30, "the replayed quote")
     finally:
         runner.shutdown()
+
+
+def test_on_a_cluster_each_broker_keeps_its_own_dead_letters(
+    make_broker: Callable[..., BrokerProcess],  # noqa: F811
+    tmp_path: Path,
+) -> None:
+    """A message's dead letter is written by the broker that held it, in a DLQ queue of
+    that broker's: two brokers, two letters each at offsets 0 and 1. ``list`` names the
+    broker; ``--from-offset`` alone is refused (offset 1 is two letters), and with
+    ``--broker`` it replays that broker's letters only."""
+    with NamesrvProcess(tmp_path / "namesrv") as ns_proc:
+        ns = ns_proc.namesrv_addr
+        for name in ("broker-a", "broker-b"):
+            b = make_broker(namesrvAddr=ns, embeddedNamesrv="false", brokerName=name)
+            with RawClient(b.broker_addr) as admin:
+                assert admin.create_topic("Bills", 2).code == 0
+        with Producer(ns, "bills") as producer:
+            sent = [producer.send(OutMessage("Bills", f"bad {n}".encode())) for n in range(4)]
+        assert sorted(r.queue.broker_name for r in sent) == ["broker-a"] * 2 + ["broker-b"] * 2
+        runner = ConcurrentRunner(
+            Listener(),
+            settings=ConsumerSettings(group="billing", consume_from=ConsumeFrom.FIRST_OFFSET),
+            client=ClientSettings(namesrv_addr=ns, rebalance_interval=1.0),
+        )
+        runner.subscribe("Bills")
+        runner.start()
+        try:
+            wait_for(lambda: len(dead_letters(ns, "billing")) == 4, 30, "four dead letters", 0.2)
+        finally:
+            runner.shutdown()
+        listed = _dlq("list", "--namesrv", ns, "--group", "billing", "--json")
+        rows = [json.loads(line) for line in listed.stdout.splitlines()]
+        assert sorted((r["broker"], r["offset"]) for r in rows) == [
+            ("broker-a", 0),
+            ("broker-a", 1),
+            ("broker-b", 0),
+            ("broker-b", 1),
+        ]
+        by_id = {r["msg_id"]: r["broker"] for r in rows}
+        assert by_id == {r.msg_id: r.queue.broker_name for r in sent}
+
+        refused = _dlq("replay", "--namesrv", ns, "--group", "billing", "--from-offset", "1")
+        assert (refused.returncode, refused.stdout) == (2, "")
+        assert refused.stderr == (
+            "idemp dlq: the dead letters of billing are on broker-a, broker-b, each broker "
+            "with offsets of its own: give --broker NAME with --from-offset; nothing sent\n"
+        )
+        one = _dlq(
+            "replay", "--namesrv", ns, "--group", "billing", "--from-offset", "1",
+            "--broker", "broker-b",
+        )  # fmt: skip
+        assert one.returncode == 0, one.stderr
+        [line] = one.stdout.splitlines()
+        [b_at_1] = [r["msg_id"] for r in rows if (r["broker"], r["offset"]) == ("broker-b", 1)]
+        assert line.startswith(f"replayed {b_at_1} (Bills) to %RETRY%billing at offset ")
+        only_a = _dlq("list", "--namesrv", ns, "--group", "billing", "--broker", "broker-a")
+        assert only_a.stdout.startswith("2 dead letters of billing on broker-a (%DLQ%billing)")
+        assert only_a.stdout.count("\n  broker-a offset ") == 2
