@@ -267,9 +267,11 @@ class Namespace:
 
 
 def describe(message: Message) -> str:
-    """Enough to find a message in the broker: topic, msgId, queue and offset, keys."""
+    """Enough to find a message in the broker: topic, msgId, queue (with its broker: a
+    queue id repeats on every broker of a cluster) and offset, keys."""
+    queue = f"{message.broker_name}:{message.queue_id}" if message.broker_name else message.queue_id
     return (
-        f"topic={message.topic} msg_id={message.msg_id or '?'} queue={message.queue_id} "
+        f"topic={message.topic} msg_id={message.msg_id or '?'} queue={queue} "
         f"offset={message.queue_offset} keys={list(message.keys)}"
     )
 

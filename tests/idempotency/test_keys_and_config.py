@@ -10,7 +10,14 @@ from pydantic import BaseModel
 
 from idemp import Message, Outcome, idempotent
 from idemp.config import IdempSettings, mask_url
-from idemp.keys import Missing, MissingKeyError, Namespace, extractor, fingerprint_of
+from idemp.keys import (
+    Missing,
+    MissingKeyError,
+    Namespace,
+    describe,
+    extractor,
+    fingerprint_of,
+)
 from idemp.strategies import RedisFlag, UniqueKeyTable
 
 
@@ -183,3 +190,13 @@ def test_json_paths_of_one_body_parse_it_once(monkeypatch: pytest.MonkeyPatch) -
     broken = Message("T", b"{not json")
     assert isinstance(entity.extract(broken), Missing)
     assert isinstance(entity.extract(broken), Missing)
+
+
+def test_a_message_is_described_with_its_queues_broker() -> None:
+    """Where to find it: on a cluster, queue 0 of broker-a is not queue 0 of broker-b."""
+    clustered = Message("T", b"", keys=("k",), msg_id="M1", queue_id=0, queue_offset=7,
+                        broker_name="broker-b")  # fmt: skip
+    assert describe(clustered) == "topic=T msg_id=M1 queue=broker-b:0 offset=7 keys=['k']"
+    assert describe(Message("T", b"", queue_id=2, queue_offset=3)) == (
+        "topic=T msg_id=? queue=2 offset=3 keys=[]"
+    )
