@@ -54,6 +54,11 @@ class BrokerQueues:
     write_queues: int
     endpoint: tuple[str, int] | None
 
+    @property
+    def readable_master(self) -> bool:
+        """Assignments name masters only (RouteActivity reads MixAll.MASTER_ID's)."""
+        return self.broker_id == MASTER_ID and bool(self.perm & Perm.READ) and self.read_queues > 0
+
     def broker(self, here: Any) -> Any:
         """The ``Broker`` of a message queue; ``here`` is this broker's, as answered."""
         if self.endpoint is None:
@@ -116,7 +121,8 @@ class ClusterView:
         cfg = server.store.topics.get(topic)
         if cfg is not None:
             perm = cfg.perm & server.config.brokerPermission
-            out.append(BrokerQueues(own, 0, perm, cfg.readQueueNums, cfg.writeQueueNums, None))
+            queues = (cfg.readQueueNums, cfg.writeQueueNums)
+            out.append(BrokerQueues(own, server.config.brokerId, perm, *queues, None))
         queue_datas, brokers = await self._route(topic)
         peers = [
             (qd, name, broker_id, addr)

@@ -298,7 +298,7 @@ class MessagingService:
         here = self._broker(request.endpoints)
         assignments: list[Any] = []
         for bq in brokers:
-            if bq.broker_id != 0 or not bq.perm & Perm.READ or bq.read_queues <= 0:
+            if not bq.readable_master:
                 continue
             broker = bq.broker(here)
             permission = self._permission(bq.perm)
