@@ -34,10 +34,10 @@ class Cluster:
     ) -> None:
         self.a, self.b, self.namesrv, self.ns = a, b, namesrv, ns
 
-    def create(self, topic: str, group: str, **group_fields: Any) -> None:
+    def create(self, topic: str, group: str, attributes: str = "", **group_fields: Any) -> None:
         for broker in (self.a, self.b):
             with RawClient(broker.broker_addr) as admin:
-                assert admin.create_topic(topic, QUEUES).code == 0
+                assert admin.create_topic(topic, QUEUES, attributes=attributes).code == 0
                 assert admin.create_group(group, **group_fields).code == 0
 
     def stored(self, broker: BrokerProcess, topic: str) -> set[str]:
@@ -203,6 +203,46 @@ def test_a_push_consumer_given_one_broker_consumes_every_brokers_messages(
         assert all(c["result"] == "SUCCESS" and c["delivery_attempt"] == 1 for c in calls)
     finally:
         client.close()
+
+
+def test_fifo_message_groups_keep_their_order_across_the_cluster(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """A FIFO topic and an orderly group on both brokers: the producer at broker-a's
+    endpoint hashes each message group onto one queue of the whole route, so a group
+    stays on one broker; the push consumer there gets every group in its send order."""
+    cluster.create("FT", "FG", "+message.type=FIFO", consumeMessageOrderly=True)
+    groups = [f"g{n}" for n in range(6)]
+    client = Client5(cluster.a.grpc_addr, tmp_path / "client5.log")
+    try:
+        client.ok("producer", name="p", topics=["FT"])
+        client.ok("push", name="c", group="FG", subs={"FT": "*"})
+        client.ok(
+            "send",
+            name="p",
+            messages=[
+                {"topic": "FT", "body": f"{g}-{i}", "message_group": g}
+                for i in range(5)
+                for g in groups
+            ],
+        )
+        calls = client.ok("wait_push", name="c", count=30, within=60, timeout=90)["calls"]
+    finally:
+        client.close()
+    assert len(calls) == 30
+    for g in groups:
+        assert [c["body"] for c in calls if c["message_group"] == g] == [
+            f"{g}-{i}" for i in range(5)
+        ]
+    on_b = {m.body.decode().split("-")[0] for q in range(QUEUES) for m in _pulled(cluster.b, q)}
+    on_a = {m.body.decode().split("-")[0] for q in range(QUEUES) for m in _pulled(cluster.a, q)}
+    assert on_a | on_b == set(groups) and not on_a & on_b  # each group on one broker
+    assert on_a and on_b  # and the groups spread over both
+
+
+def _pulled(broker: BrokerProcess, queue: int) -> list[Any]:
+    with RawClient(broker.broker_addr) as remoting:
+        return remoting.pull_messages("FT", queue)
 
 
 def test_brokers_that_cannot_serve_5x_clients_are_left_out(
