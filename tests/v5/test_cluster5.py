@@ -245,6 +245,31 @@ def _pulled(broker: BrokerProcess, queue: int) -> list[Any]:
         return remoting.pull_messages("FT", queue)
 
 
+def test_transactions_end_at_the_broker_holding_the_half_message(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """Transactional sends go round the whole route; each commit or rollback goes to the
+    endpoint of the queue its half message went to, whose broker has the transaction."""
+    cluster.create("TT", "TG", "+message.type=TRANSACTION")
+    client = Client5(cluster.a.grpc_addr, tmp_path / "client5.log")
+    try:
+        client.ok("producer", name="p", topics=["TT"], check="ROLLBACK")
+        for i in range(8):  # four queues: two on each broker, each used twice
+            end = "commit" if i % 2 == 0 else "rollback"
+            client.ok("send_tx", name="p", message={"topic": "TT", "body": f"{end}-{i}"}, end=end)
+        client.ok("simple", name="c", group="TG", subs={"TT": "*"}, **{"await": 5})
+        got = client.receive_until(4, 30, invisible=30)
+        for m in got:
+            client.ok("ack", name="c", ref=m["ref"])
+        assert client.ok("receive", name="c", max=32, invisible=30)["messages"] == []
+        assert client.ok("checks")["checks"] == []  # none was left for the checker
+    finally:
+        client.close()
+    assert sorted(m["body"] for m in got) == [f"commit-{i}" for i in (0, 2, 4, 6)]
+    stored_on = [cluster.stored(b, "TT") for b in (cluster.a, cluster.b)]
+    assert len(stored_on[0]) == len(stored_on[1]) == 2  # the committed, on both brokers
+
+
 def test_brokers_that_cannot_serve_5x_clients_are_left_out(
     cluster: Cluster, make_broker: Callable[..., BrokerProcess], tmp_path: Path
 ) -> None:
