@@ -85,6 +85,16 @@ def cluster(
         made.ns.stop()
 
 
+def _route(grpc_addr: str, topic: str) -> Any:
+    raw = Raw(grpc_addr)
+    try:
+        return raw.unary(
+            "QueryRoute", pb.QueryRouteRequest(topic=resource(topic)), pb.QueryRouteResponse
+        )
+    finally:
+        raw.close()
+
+
 def _endpoint(queue: Any) -> tuple[str, str]:
     (address,) = queue.broker.endpoints.addresses
     return queue.broker.name, f"{address.host}:{address.port}"
@@ -137,16 +147,7 @@ def test_a_topic_only_another_broker_has_is_routed_there_of_unspecified_type(
     read from its own broker's config: UNSPECIFIED."""
     with RawClient(cluster.b.broker_addr) as admin:
         assert admin.create_topic("OnlyB", QUEUES, attributes="+message.type=FIFO").code == 0
-    raw = Raw(cluster.a.grpc_addr)
-    try:
-        route = raw.unary(
-            "QueryRoute", pb.QueryRouteRequest(topic=resource("OnlyB")), pb.QueryRouteResponse
-        )
-        missing = raw.unary(
-            "QueryRoute", pb.QueryRouteRequest(topic=resource("Nowhere")), pb.QueryRouteResponse
-        )
-    finally:
-        raw.close()
+    route, missing = _route(cluster.a.grpc_addr, "OnlyB"), _route(cluster.a.grpc_addr, "Nowhere")
     assert route.status.code == pb.OK
     assert [(*_endpoint(q), q.id, list(q.accept_message_types)) for q in route.message_queues] == [
         ("broker-b", cluster.b.grpc_addr, i, [pb.MESSAGE_TYPE_UNSPECIFIED]) for i in range(QUEUES)
@@ -285,15 +286,7 @@ def test_brokers_that_cannot_serve_5x_clients_are_left_out(
     joining = {"namesrvAddr": cluster.namesrv, "embeddedNamesrv": "false"}
     make_broker(brokerName="broker-c", grpcServerPort=-1, **joining)
     make_broker(brokerName="broker-d", aclEnable="true", aclPlainFile=str(acl), **joining)
-    raw = Raw(cluster.a.grpc_addr)
-    try:
-        route = raw.unary(
-            "QueryRoute",
-            pb.QueryRouteRequest(topic=resource("DefaultCluster")),
-            pb.QueryRouteResponse,
-        )
-    finally:
-        raw.close()
+    route = _route(cluster.a.grpc_addr, "DefaultCluster")
     assert route.status.code == pb.OK
     assert sorted({q.broker.name for q in route.message_queues}) == ["broker-a", "broker-b"]
 
@@ -307,13 +300,7 @@ def test_without_a_nameserver_the_endpoint_routes_to_its_own_broker(
     assert cluster.ns is not None
     cluster.create("CT", "CG")
     cluster.ns.stop()
-    raw = Raw(cluster.a.grpc_addr)
-    try:
-        route = raw.unary(
-            "QueryRoute", pb.QueryRouteRequest(topic=resource("CT")), pb.QueryRouteResponse
-        )
-    finally:
-        raw.close()
+    route = _route(cluster.a.grpc_addr, "CT")
     assert route.status.code == pb.OK
     assert [(q.broker.name, q.id) for q in route.message_queues] == [
         ("broker-a", i) for i in range(QUEUES)
