@@ -1,19 +1,24 @@
 """An idemp broker joining another broker's nameserver: idemp's (``make test``) or, with
 IDEMP_4X_REAL, RocketMQ 4.9.7's, beside its broker. The nameserver lists both, and
-idemp's client sends across both and consumes every message once."""
+idemp's client sends across both and consumes every message once; the joined broker's
+gRPC endpoint routes RocketMQ 5 clients to the brokers that serve gRPC."""
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from idemp.broker.process import BrokerProcess
+from idemp.broker.v5.schema import pb
 from idemp.client import OutMessage, Producer
 from idemp.remoting import RequestCode, ResponseCode, jsonlenient
 from idemp.runners import ConcurrentRunner
 from tests.broker.rawclient import RawClient
 from tests.broker.test_cluster import TOPIC, consume_all
+from tests.realbroker import real_home
+from tests.v5.raw import Raw, resource
 
 QUEUES, COUNT, GROUP = 2, 40, "mixed-cluster-g"
 
@@ -29,7 +34,7 @@ def test_an_idemp_broker_joins_a_nameserver_beside_its_broker(
             "namesrvAddr": first.namesrv_addr,
             "brokerName": "broker-idemp",
             "listenPort": "0",
-            "grpcServerPort": "-1",
+            "grpcServerPort": "0",
         },
     ).start()
     try:
@@ -42,6 +47,12 @@ def test_an_idemp_broker_joins_a_nameserver_beside_its_broker(
         route = jsonlenient.loads(answer.body)
         addrs = {b["brokerName"]: b["brokerAddrs"]["0"] for b in route["brokerDatas"]}
         assert addrs == {"broker-a": first.broker_addr, "broker-idemp": joined.broker_addr}
+
+        # RocketMQ 4.9.7's broker names no gRPC port, so 5.x clients are not sent there;
+        # idemp's first broker names its own
+        route5 = _query_route(joined.grpc_addr, TOPIC)
+        served = {"broker-idemp"} if real_home() else {"broker-a", "broker-idemp"}
+        assert {q.broker.name for q in route5.message_queues} == served
 
         producer = Producer(first.namesrv_addr, "mixed-cluster-p").start()
         try:
@@ -66,3 +77,13 @@ def test_an_idemp_broker_joins_a_nameserver_beside_its_broker(
         assert names == ["broker-a"]
     finally:
         joined.stop()
+
+
+def _query_route(grpc_addr: str, topic: str) -> Any:
+    raw = Raw(grpc_addr)
+    try:
+        return raw.unary(
+            "QueryRoute", pb.QueryRouteRequest(topic=resource(topic)), pb.QueryRouteResponse
+        )
+    finally:
+        raw.close()
