@@ -14,6 +14,7 @@ import threading
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -205,15 +206,21 @@ def test_the_official_cpp_client_sends_over_and_consumes_from_both_brokers(
         assert stored[0] | stored[1] == ids
         assert stored[0] and stored[1]  # round robin over all 8 queues
         for orderly in (False, True):
-            consumer = clients.consumer(
-                namesrv.namesrv_addr, f"cpp-{orderly}", TOPIC, orderly=orderly
-            )
-            consumer.wait(lambda c=consumer: len(c.messages) >= 80, 60, "80 messages")
-            clients.stop_all([consumer])
-            assert consumer.errors() == []
-            assert Counter(m["id"] for m in consumer.messages) == Counter(ids)
+            got = _cpp_consume(clients, namesrv.namesrv_addr, f"cpp-{orderly}", orderly, 80)
+            assert Counter(m["id"] for m in got) == Counter(ids)
     finally:
         clients.close()
+
+
+def _cpp_consume(
+    clients: Clients, namesrv: str, group: str, orderly: bool, count: int
+) -> list[dict[str, Any]]:
+    """``count`` messages of TOPIC through the C++ client's push consumer, then stopped."""
+    consumer = clients.consumer(namesrv, group, TOPIC, orderly=orderly)
+    consumer.wait(lambda: len(consumer.messages) >= count, 60, f"{count} messages")
+    clients.stop_all([consumer])
+    assert consumer.errors() == []
+    return consumer.messages
 
 
 def test_the_nameserver_alone_answers_no_route_and_an_empty_cluster(

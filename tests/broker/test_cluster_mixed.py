@@ -8,17 +8,15 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from idemp.broker.process import BrokerProcess
-from idemp.broker.v5.schema import pb
 from idemp.client import OutMessage, Producer
 from idemp.remoting import RequestCode, ResponseCode, jsonlenient
 from idemp.runners import ConcurrentRunner
 from tests.broker.rawclient import RawClient
 from tests.broker.test_cluster import TOPIC, consume_all
 from tests.realbroker import real_home
-from tests.v5.raw import Raw, resource
+from tests.v5.raw import query_route
 
 QUEUES, COUNT, GROUP = 2, 40, "mixed-cluster-g"
 
@@ -50,7 +48,7 @@ def test_an_idemp_broker_joins_a_nameserver_beside_its_broker(
 
         # RocketMQ 4.9.7's broker names no gRPC port, so 5.x clients are not sent there;
         # idemp's first broker names its own
-        route5 = _query_route(joined.grpc_addr, TOPIC)
+        route5 = query_route(joined.grpc_addr, TOPIC)
         served = {"broker-idemp"} if real_home() else {"broker-a", "broker-idemp"}
         assert {q.broker.name for q in route5.message_queues} == served
 
@@ -77,13 +75,3 @@ def test_an_idemp_broker_joins_a_nameserver_beside_its_broker(
         assert names == ["broker-a"]
     finally:
         joined.stop()
-
-
-def _query_route(grpc_addr: str, topic: str) -> Any:
-    raw = Raw(grpc_addr)
-    try:
-        return raw.unary(
-            "QueryRoute", pb.QueryRouteRequest(topic=resource(topic)), pb.QueryRouteResponse
-        )
-    finally:
-        raw.close()

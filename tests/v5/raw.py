@@ -113,6 +113,17 @@ class Raw:
         return answer.status.code, answer.status.message
 
 
+def query_route(addr: str, topic: str) -> Any:
+    """One QueryRoute of ``topic`` at the endpoint ``addr``, on a connection of its own."""
+    raw = Raw(addr)
+    try:
+        return raw.unary(
+            "QueryRoute", pb.QueryRouteRequest(topic=resource(topic)), pb.QueryRouteResponse
+        )
+    finally:
+        raw.close()
+
+
 def simple_consumer(group: str, topic: str) -> tuple[Any, Any]:
     """A SimpleConsumer's Telemetry settings for ``topic`` (every tag), and its
     ReceiveMessageRequest of one message (the proxy wants the settings first)."""

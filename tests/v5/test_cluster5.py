@@ -21,7 +21,7 @@ from idemp.broker.v5.schema import pb
 from tests.broker.rawclient import RawClient
 
 from .conftest import Client5
-from .raw import Raw, resource
+from .raw import Raw, query_route, resource
 
 pytestmark = pytest.mark.idemp_only("starts idemp's brokers with --no-namesrv")
 
@@ -85,16 +85,6 @@ def cluster(
         made.ns.stop()
 
 
-def _route(grpc_addr: str, topic: str) -> Any:
-    raw = Raw(grpc_addr)
-    try:
-        return raw.unary(
-            "QueryRoute", pb.QueryRouteRequest(topic=resource(topic)), pb.QueryRouteResponse
-        )
-    finally:
-        raw.close()
-
-
 def _endpoint(queue: Any) -> tuple[str, str]:
     (address,) = queue.broker.endpoints.addresses
     return queue.broker.name, f"{address.host}:{address.port}"
@@ -147,7 +137,10 @@ def test_a_topic_only_another_broker_has_is_routed_there_of_unspecified_type(
     read from its own broker's config: UNSPECIFIED."""
     with RawClient(cluster.b.broker_addr) as admin:
         assert admin.create_topic("OnlyB", QUEUES, attributes="+message.type=FIFO").code == 0
-    route, missing = _route(cluster.a.grpc_addr, "OnlyB"), _route(cluster.a.grpc_addr, "Nowhere")
+    route, missing = (
+        query_route(cluster.a.grpc_addr, "OnlyB"),
+        query_route(cluster.a.grpc_addr, "Nowhere"),
+    )
     assert route.status.code == pb.OK
     assert [(*_endpoint(q), q.id, list(q.accept_message_types)) for q in route.message_queues] == [
         ("broker-b", cluster.b.grpc_addr, i, [pb.MESSAGE_TYPE_UNSPECIFIED]) for i in range(QUEUES)
@@ -286,7 +279,7 @@ def test_brokers_that_cannot_serve_5x_clients_are_left_out(
     joining = {"namesrvAddr": cluster.namesrv, "embeddedNamesrv": "false"}
     make_broker(brokerName="broker-c", grpcServerPort=-1, **joining)
     make_broker(brokerName="broker-d", aclEnable="true", aclPlainFile=str(acl), **joining)
-    route = _route(cluster.a.grpc_addr, "DefaultCluster")
+    route = query_route(cluster.a.grpc_addr, "DefaultCluster")
     assert route.status.code == pb.OK
     assert sorted({q.broker.name for q in route.message_queues}) == ["broker-a", "broker-b"]
 
@@ -300,7 +293,7 @@ def test_without_a_nameserver_the_endpoint_routes_to_its_own_broker(
     assert cluster.ns is not None
     cluster.create("CT", "CG")
     cluster.ns.stop()
-    route = _route(cluster.a.grpc_addr, "CT")
+    route = query_route(cluster.a.grpc_addr, "CT")
     assert route.status.code == pb.OK
     assert [(q.broker.name, q.id) for q in route.message_queues] == [
         ("broker-a", i) for i in range(QUEUES)
