@@ -33,6 +33,9 @@ def register(handlers: dict[int, Handler]) -> None:
     handlers[RequestCode.UPDATE_BROKER_CONFIG] = update_config
 
 
+_BODY_RANK = {key: i for i, key in enumerate(rocketmq_defaults.BODY_ORDER)}
+
+
 def _value(value: object) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
@@ -51,12 +54,9 @@ def config_lines(cfg: BrokerConfig) -> str:
     )
     items.update((name, _value(getattr(cfg, name))) for name in modelled)
     items.update(cfg.unknown)
-    rank = _BODY_RANK
-    ordered = sorted(items.items(), key=lambda kv: rank.get(kv[0], len(rank)))
+    # RocketMQ's keys in its broker's order (mqadmin prints them as on RocketMQ), then ours
+    ordered = sorted(items.items(), key=lambda kv: _BODY_RANK.get(kv[0], len(_BODY_RANK)))
     return "".join(f"{k}={v}\n" for k, v in ordered)
-
-
-_BODY_RANK = {key: i for i, key in enumerate(rocketmq_defaults.BODY_ORDER)}
 
 
 def get_config(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingCommand:

@@ -37,7 +37,7 @@ class RemotingLink:
             except asyncio.TimeoutError:
                 self.close()
                 raise
-            # the nameserver closed the kept connection (a restart): once more, afresh
+            # the other side closed the kept connection (a restart): once more, afresh
             try:
                 return await asyncio.wait_for(self._exchange(code, fields, body), timeout)
             except (OSError, asyncio.TimeoutError, ConnectionError):
