@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from idemp.remoting import jsonlenient
 from idemp.remoting.codes import Perm
+from idemp.remoting.route import parse_route
 
 MASTER_ID = 0
 
@@ -36,17 +36,8 @@ class TopicRoute:
     @classmethod
     def parse(cls, topic: str, body: bytes) -> TopicRoute:
         """Accepts fastjson's bare integer keys (``{0:"ip:port"}``)."""
-        data = jsonlenient.loads(body)
-        brokers: dict[str, dict[int, str]] = {}
-        for bd in data.get("brokerDatas") or []:
-            addrs = {int(k): str(v) for k, v in (bd.get("brokerAddrs") or {}).items()}
-            brokers[str(bd.get("brokerName"))] = addrs
-        return cls(
-            topic=topic,
-            brokers=brokers,
-            queue_datas=list(data.get("queueDatas") or []),
-            order_topic_conf=data.get("orderTopicConf"),
-        )
+        brokers, queue_datas, order_topic_conf = parse_route(body)
+        return cls(topic, brokers, queue_datas, order_topic_conf)
 
     def with_topic(self, topic: str, max_queues: int | None = None) -> TopicRoute:
         """A route borrowed from TBW102 for a topic the broker will auto-create."""

@@ -641,6 +641,7 @@ def load_cluster_offsets(url: str, timeout: float = 10.0) -> list[Offsets]:
 
 
 async def _route_masters(namesrv: str, topics: list[str], timeout: float) -> dict[str, str]:
+    from idemp.client.route import MASTER_ID, TopicRoute
     from idemp.client.settings import ClientSettings
     from idemp.client.transport import ResponseError, Transport
     from idemp.remoting import RequestCode, ResponseCode
@@ -654,10 +655,9 @@ async def _route_masters(namesrv: str, topics: list[str], timeout: float) -> dic
             resp = await transport.invoke(namesrv, req, timeout)
             if resp.code != ResponseCode.SUCCESS:
                 raise ResponseError(resp.code, resp.remark, f"route of {topic}")
-            for bd in jsonlenient.loads(resp.body).get("brokerDatas") or []:
-                addr = (bd.get("brokerAddrs") or {}).get("0")
-                if addr:
-                    masters[str(bd["brokerName"])] = str(addr)
+            for name, addrs in TopicRoute.parse(topic, resp.body).brokers.items():
+                if MASTER_ID in addrs:
+                    masters[name] = addrs[MASTER_ID]
         return masters
     finally:
         transport.close()

@@ -21,8 +21,9 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from idemp.remoting import RequestCode, ResponseCode, jsonlenient
+from idemp.remoting import RequestCode, ResponseCode
 from idemp.remoting.javahash import hash_map_order
+from idemp.remoting.route import parse_route
 
 from ..config import read_properties
 from ..link import RemotingLink
@@ -153,13 +154,9 @@ class ClusterView:
         server = self.server
         if server.config.embeddedNamesrv:  # the brokers registered here
             routes = server.namesrv.routes
-            brokers: dict[str, dict[int, str]] = {}
-            queue_datas = routes.queue_datas(topic)
-            for qd in queue_datas:
-                bd = routes.broker_data(qd["brokerName"]) or {}
-                addrs = bd.get("brokerAddrs") or {}
-                brokers[qd["brokerName"]] = {int(k): str(v) for k, v in addrs.items()}
-            return queue_datas, brokers
+            queue_datas = routes.queue_datas(topic)  # of registered brokers only
+            names = {qd["brokerName"] for qd in queue_datas}
+            return queue_datas, {n: dict(routes.brokers[n].addrs) for n in names}
         now = time.monotonic()
         cached = self._routes.get(topic)
         if cached is not None and now - cached[0] < ROUTE_TTL_S:
@@ -185,56 +182,43 @@ class ClusterView:
             if answer.code != ResponseCode.SUCCESS or not answer.body:
                 return [], {}
             try:
-                data = jsonlenient.loads(answer.body)
+                route = parse_route(answer.body)
             except ValueError as exc:  # not a route: as if it had none
                 self._tell(f"bad {addr}", f"gRPC routes: nameserver {addr}'s route: {exc}")
                 return [], {}
-            brokers = {
-                str(bd.get("brokerName")): {
-                    int(k): str(v) for k, v in (bd.get("brokerAddrs") or {}).items()
-                }
-                for bd in data.get("brokerDatas") or []
-            }
-            return list(data.get("queueDatas") or []), brokers
+            return route.queue_datas, route.brokers
         return [], {}
 
     async def _grpc_port(self, name: str, addr: str) -> int | None:
+        """The peer's gRPC port, or None (said once per peer and reason) when it has none
+        a 5.x client could be sent to."""
         now = time.monotonic()
         cached = self._ports.get(addr)
         if cached is not None and now - cached[0] < (
             PORT_TTL_S if cached[1] is not None else UNREACHABLE_TTL_S
         ):
             return cached[1]
+        port, trouble = await self._ask_port(addr)
+        if trouble:  # said once per peer and kind of trouble (what precedes the detail)
+            text = f"broker {name} at {addr} {trouble}: 5.x clients are not sent its queues"
+            self._tell(f"{addr} {trouble.split(' (')[0]}", text)
+        self._ports[addr] = (now, port)
+        return port
+
+    async def _ask_port(self, addr: str) -> tuple[int | None, str]:
         try:
             answer = await self._link(addr, "broker").request(
                 RequestCode.GET_BROKER_CONFIG, {}, b"", REQUEST_TIMEOUT_S
             )
         except (OSError, asyncio.TimeoutError, ConnectionError) as exc:
-            self._tell(
-                f"down {addr}", f"gRPC routes: broker {name} at {addr} did not answer: {exc}"
-            )
-            self._ports[addr] = (now, None)
-            return None
+            return None, f"did not answer ({exc or type(exc).__name__})"
         if answer.code != ResponseCode.SUCCESS:  # ACL on it, say: unsigned, refused
-            self._tell(
-                f"refused {addr}",
-                f"broker {name} at {addr} refused getBrokerConfig ({answer.code} "
-                f"{answer.remark}): 5.x clients miss its queues",
-            )
-            self._ports[addr] = (now, None)
-            return None
+            return None, f"refused getBrokerConfig ({answer.code} {answer.remark})"
         text = (answer.body or b"").decode("utf-8", errors="replace")
-        value = read_properties(text).get("grpcServerPort", "")
-        port = int(value) if value.strip().lstrip("-").isdigit() else -1
-        if port <= 0:
-            self._tell(
-                f"no gRPC {addr}",
-                f"broker {name} at {addr} serves no gRPC: 5.x clients miss its queues",
-            )
-            self._ports[addr] = (now, None)
-            return None
-        self._ports[addr] = (now, port)
-        return port
+        value = read_properties(text).get("grpcServerPort", "").strip()
+        if not value.isdigit() or int(value) <= 0:
+            return None, "serves no gRPC"
+        return int(value), ""
 
     def _link(self, addr: str, what: str) -> RemotingLink:
         link = self._links.get(addr)
