@@ -427,11 +427,12 @@ def run(
 
         # RocketMQ 5 clients need the topic before they subscribe (no auto-creation);
         # in a cluster every topic is on every broker
-        update_topic(broker.broker_addr, PAY5_TOPIC, 4)
-        if len(cluster) > 1:
-            for b in cluster:
-                for topic in (PAY_TOPIC, SEQ_TOPIC, RIDES_TOPIC, PAY5_TOPIC):
-                    update_topic(b.broker_addr, topic, 4)
+        created = (
+            (PAY5_TOPIC,) if len(cluster) == 1 else (PAY_TOPIC, SEQ_TOPIC, RIDES_TOPIC, PAY5_TOPIC)
+        )
+        for b in cluster:
+            for topic in created:
+                update_topic(b.broker_addr, topic, 4)
         for slot in (0, 1, 2, V5_SLOT):
             spawn(slot)
         say(
