@@ -55,7 +55,7 @@ class Listener:
 
 
 def _runner(
-    broker: BrokerProcess,  # noqa: F811
+    namesrv: str,
     group: str,
     listener: Listener,
     namespace: str = "",
@@ -63,9 +63,7 @@ def _runner(
     r = ConcurrentRunner(
         listener,
         settings=ConsumerSettings(group=group, consume_from=ConsumeFrom.FIRST_OFFSET),
-        client=ClientSettings(
-            namesrv_addr=broker.namesrv_addr, rebalance_interval=1.0, namespace=namespace
-        ),
+        client=ClientSettings(namesrv_addr=namesrv, rebalance_interval=1.0, namespace=namespace),
     )
     r.subscribe("Bills")
     return r
@@ -87,7 +85,7 @@ def test_dead_letters_are_listed_and_replayed_to_their_group_only(
         ]
     billing, audit = Listener(), Listener()
     audit.broken = False  # another group of the topic: it must not see the replays
-    runners = [_runner(broker, "billing", billing), _runner(broker, "audit", audit)]
+    runners = [_runner(ns, "billing", billing), _runner(ns, "audit", audit)]
     for r in runners:
         r.start()
     try:
@@ -171,7 +169,7 @@ def test_a_namespaced_groups_dead_letters(broker: BrokerProcess) -> None:  # noq
     with Producer(client=client) as producer:
         sent = producer.send(OutMessage("Bills", b"bad 1", keys=["k1"]))
     billing = Listener()
-    runner = _runner(broker, "billing", billing, namespace="ns1")
+    runner = _runner(broker.namesrv_addr, "billing", billing, namespace="ns1")
     runner.start()
     try:
         wait_for(lambda: len(dead_letters(ns, "ns1%billing")) == 1, 30, "the dead letter", 0.2)
@@ -249,12 +247,7 @@ def test_on_a_cluster_each_broker_keeps_its_own_dead_letters(
         with Producer(ns, "bills") as producer:
             sent = [producer.send(OutMessage("Bills", f"bad {n}".encode())) for n in range(4)]
         assert sorted(r.queue.broker_name for r in sent) == ["broker-a"] * 2 + ["broker-b"] * 2
-        runner = ConcurrentRunner(
-            Listener(),
-            settings=ConsumerSettings(group="billing", consume_from=ConsumeFrom.FIRST_OFFSET),
-            client=ClientSettings(namesrv_addr=ns, rebalance_interval=1.0),
-        )
-        runner.subscribe("Bills")
+        runner = _runner(ns, "billing", Listener())
         runner.start()
         try:
             wait_for(lambda: len(dead_letters(ns, "billing")) == 4, 30, "four dead letters", 0.2)
