@@ -355,7 +355,10 @@ class BrokerServer:
 
             self.grpc = GrpcEndpoint(self)
             try:
-                port = await self.grpc.start(bind, grpc_port)
+                # a free gRPC port is never listenPort - 2: started again on this listenPort
+                # (BrokerProcess restarts so), the broker opens its VIP channel there first
+                avoid = self.config.listenPort - 2
+                port = await self.grpc.start(bind, grpc_port, avoid=avoid)
             except BaseException:
                 await self.stop()
                 raise

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import socket
 from collections.abc import Callable
 from pathlib import Path
@@ -87,3 +88,34 @@ def test_the_default_minimum_invisible_time_is_rocketmqs(
         client.close()
     assert (answer["ok"], answer["code"]) == (False, 40011)
     assert "the invisibleTime is too small. min is 10000" in answer["message"]
+
+
+def test_a_free_grpc_port_is_never_the_one_the_vip_channel_takes_on_a_restart() -> None:
+    """A broker on free ports, started again on them (BrokerProcess does so), opens its
+    VIP channel on listenPort - 2 before its gRPC port: a first free gRPC port there made
+    the restart fail (found in CI). Here the system "hands out" that port first."""
+    from idemp.broker.v5.endpoint import listen_avoiding
+
+    async def scenario() -> tuple[int, int, int]:
+        loop = asyncio.get_running_loop()
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            avoid = probe.getsockname()[1]
+        asked = [avoid]  # the first listen gets the avoided port, the next a free one
+
+        async def listen() -> asyncio.Server:
+            port = asked.pop() if asked else 0
+            return await loop.create_server(asyncio.Protocol, "127.0.0.1", port)
+
+        server = await listen_avoiding(listen, avoid)
+        got = server.sockets[0].getsockname()[1]
+        # the avoided port was let go: listening there again works
+        again = await loop.create_server(asyncio.Protocol, "127.0.0.1", avoid)
+        reopened = again.sockets[0].getsockname()[1]
+        for s in (server, again):
+            s.close()
+            await s.wait_closed()
+        return avoid, got, reopened
+
+    avoid, got, reopened = asyncio.run(scenario())
+    assert got != avoid and reopened == avoid

@@ -20,7 +20,7 @@ import logging
 import socket
 import ssl
 import zlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
@@ -488,6 +488,20 @@ def _timeout(value: str) -> float | None:
     return int(digits) * unit
 
 
+async def listen_avoiding(
+    listen: Callable[[], Awaitable[asyncio.Server]], avoid: int, tries: int = 8
+) -> asyncio.Server:
+    """A server on a free port other than ``avoid`` (the system may hand out any free
+    one; a few tries, then what it gives)."""
+    for _ in range(tries - 1):
+        server = await listen()
+        if server.sockets[0].getsockname()[1] != avoid:
+            return server
+        server.close()
+        await server.wait_closed()
+    return await listen()
+
+
 class GrpcEndpoint:
     def __init__(self, broker: Broker) -> None:
         self.service = MessagingService(broker)
@@ -499,12 +513,19 @@ class GrpcEndpoint:
         self.all_closed = asyncio.Event()
         self._revive: asyncio.Task[None] | None = None
 
-    async def start(self, host: str, port: int) -> int:
+    async def start(self, host: str, port: int, avoid: int = -1) -> int:
+        """``avoid``: a port a free one (``port`` 0) must not be, as the broker's VIP
+        channel takes it when the broker starts again on its listenPort, asking for this
+        same gRPC port."""
         loop = asyncio.get_running_loop()
-        try:
-            server = await loop.create_server(
+
+        async def listen() -> asyncio.Server:
+            return await loop.create_server(
                 lambda: _Connection(self), host or None, port, reuse_address=True
             )
+
+        try:
+            server = await listen() if port else await listen_avoiding(listen, avoid)
         except OSError as exc:
             raise OSError(
                 f"cannot listen on {host}:{port} for gRPC (grpcServerPort): {exc}"
