@@ -67,12 +67,13 @@ HOLD=
 # The Java client's other features, and SQL92 subscriptions, each outcome as seen against
 # RocketMQ 4.9.7 with the same settings (transaction checks, enablePropertyFilter) in
 # interop/features.expected and interop/sqlfilter.expected.
-# compare NAME EXPECTED OUT: the outcomes against idemp's broker beside RocketMQ's
+# compare NAME EXPECTED OUT [REFERENCE]: the outcomes against idemp's broker beside RocketMQ's
 compare() {
+    local ref=${4:-RocketMQ 4.9.7}
     if diff "$2" "$3" > "$3.diff"; then
-        echo "idemp broker: $1: $(wc -l < "$3")/$(wc -l < "$2") as on RocketMQ 4.9.7"
+        echo "idemp broker: $1: $(wc -l < "$3")/$(wc -l < "$2") as on $ref"
     else
-        echo "idemp broker: $1 differ from RocketMQ 4.9.7 (< RocketMQ, > idemp):"
+        echo "idemp broker: $1 differ from $ref (< RocketMQ, > idemp):"
         cat "$3.diff"
         rc=1
     fi
@@ -82,6 +83,26 @@ compare "Java client features" interop/features.expected "$WORK/features.out"
 INTEROP_HOME="$WORK" .venv/bin/python interop/mqadmin_cases.py "127.0.0.1:$NS_PORT" "127.0.0.1:$BR_PORT" --after-features | sed 's/^/idemp broker: /' || rc=1
 "${JAVA_RUN[@]}" SqlFilter "127.0.0.1:$NS_PORT" x 2>/dev/null | grep '^SQL' > "$WORK/sql.out" || true
 compare "SQL92 subscriptions" interop/sqlfilter.expected "$WORK/sql.out"
+# RocketMQ's 5.x Java client (rocketmq-client-java 5.0.8) at the broker's gRPC port, when
+# ROCKETMQ5_JAVA_CLIENT names a build of it (interop/java5/build-client.sh): each outcome as
+# RocketMQ 5.3.3's proxy gave it, in interop/features5.expected.
+if [ -n "${ROCKETMQ5_JAVA_CLIENT:-}" ] && [ -f "$ROCKETMQ5_JAVA_CLIENT/classpath.txt" ]; then
+    GRPC=$(sed -n 's/.*idemp broker ready.* grpc=\([^ ]*\).*/\1/p' "$WORK/broker.log")
+    for t in TF5_normal:NORMAL TF5_fifo:FIFO TF5_delay:DELAY TF5_tx:TRANSACTION TF5_push:NORMAL TF5_pfifo:FIFO; do
+        .venv/bin/idemp admin update-topic --broker "127.0.0.1:$BR_PORT" --topic "${t%%:*}x" --type "${t#*:}" --queues 4 > /dev/null || rc=1
+    done
+    for g in GF5_fifox GF5_pfifox; do
+        .venv/bin/idemp admin update-sub-group --broker "127.0.0.1:$BR_PORT" --group "$g" --fifo > /dev/null || rc=1
+    done
+    CP5="$(cat "$ROCKETMQ5_JAVA_CLIENT/classpath.txt")"
+    mkdir -p .cache/interop/classes5
+    javac -nowarn -cp "$CP5" -d .cache/interop/classes5 interop/java5/Features5.java
+    java -Duser.home="$WORK" -Drocketmq.log.root="$WORK/logs5" -cp "$CP5:.cache/interop/classes5" \
+        Features5 "$GRPC" x 2>/dev/null | sed -n 's/^FEAT //p' > "$WORK/features5.out" || true
+    compare "5.x Java client features" interop/features5.expected "$WORK/features5.out" "RocketMQ 5.3.3"
+else
+    echo "idemp broker: ROCKETMQ5_JAVA_CLIENT is not set to a build of the 5.x Java client (interop/java5/build-client.sh): its features not run"
+fi
 # mqadmin's ACL commands against a broker with ACL on, signed as RocketMQ's tools sign:
 # with the account in conf/tools.yml under rocketmq.home.dir (opsadmin, an admin; appuser1,
 # not, for a refusal); the same plain_acl.yml gave the same answers on RocketMQ 4.9.7.
