@@ -384,34 +384,24 @@ public class Features5 {
         }
     }
 
+    /** One send's outcome: SEND_OK, or the error as the client reports it. */
+    static void sendOutcome(String name, Producer p, Message m) {
+        try {
+            p.send(m);
+            out(name, "SEND_OK");
+        } catch (Exception e) {
+            out(name, error(e));
+        }
+    }
+
     // what the broker refuses, and how the client reports it
     static void refused() throws Exception {
         try (Producer p = producer(t("TF5_normal"))) {
-            try {
-                p.send(msg(t("TF5_nosuch"), "x", null, null));
-                out("nosuchtopic", "SEND_OK");
-            } catch (Exception e) {
-                out("nosuchtopic", error(e));
-            }
-            try {
-                p.send(provider.newMessageBuilder().setTopic(t("TF5_normal")).setMessageGroup("g")
-                    .setBody("x".getBytes(StandardCharsets.UTF_8)).build());
-                out("fifoonnormal", "SEND_OK");
-            } catch (Exception e) {
-                out("fifoonnormal", error(e));
-            }
-            try {
-                p.send(msg(t("TF5_fifo"), "x", null, null));
-                out("normalonfifo", "SEND_OK");
-            } catch (Exception e) {
-                out("normalonfifo", error(e));
-            }
-            try {
-                p.send(msg(t("TF5_normal"), new String(new char[4 * 1024 * 1024 + 1]).replace('\0', 'b'), null, null));
-                out("bigbody", "SEND_OK");
-            } catch (Exception e) {
-                out("bigbody", error(e));
-            }
+            sendOutcome("nosuchtopic", p, msg(t("TF5_nosuch"), "x", null, null));
+            sendOutcome("fifoonnormal", p, provider.newMessageBuilder().setTopic(t("TF5_normal")).setMessageGroup("g")
+                .setBody("x".getBytes(StandardCharsets.UTF_8)).build());
+            sendOutcome("normalonfifo", p, msg(t("TF5_fifo"), "x", null, null));
+            sendOutcome("bigbody", p, msg(t("TF5_normal"), new String(new char[4 * 1024 * 1024 + 1]).replace('\0', 'b'), null, null));
         }
         try (SimpleConsumer c = simple(t("GF5_refused"), t("TF5_normal"), FilterExpression.SUB_ALL)) {
             try {
