@@ -833,6 +833,7 @@ def test_request_reply_pushes_the_reply_to_the_requester_then_stores_it(
             "0",
             str(before),
         )
+        assert resp.indexed(reply_topic, 0, before + 1) == before + 1
         stored = resp.pull_messages(reply_topic, 0, before)
         assert [(m.body, m.properties, m.offset_msg_id) for m in stored] == [
             (b"pong", props, answer.ext_fields["msgId"])
@@ -857,7 +858,7 @@ def test_request_reply_pushes_the_reply_to_the_requester_then_stores_it(
         req.send(pushed.response(1, "no such request"))
         refused = resp.wait_response(cmd.opaque)
         assert (refused.code, refused.remark) == (1, f"push reply message to {requester_id}fail.")
-        assert resp.max_offset(reply_topic) == before + 4
+        assert resp.indexed(reply_topic, 0, before + 4) == before + 4
 
 
 def test_batch_entries_are_stored_with_their_own_text_then_the_batchs(
