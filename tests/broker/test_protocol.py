@@ -151,6 +151,7 @@ def test_send_batch_message_stores_each_entry(broker: BrokerProcess) -> None:
         assert r2.code == 0 and r2.ext_fields["queueOffset"] == "3"
         assert len(r2.ext_fields["msgId"].split(",")) == 2
 
+        assert c.indexed("TopicBatch", 1, 5) == 5
         msgs = _msgs(c.pull("TopicBatch", 1, 0).body)
         assert [m.queue_offset for m in msgs] == [0, 1, 2, 3, 4]
         assert [m.body for m in msgs] == [b"b0", b"b1", b"b2", b"b3", b"b4"]
@@ -356,6 +357,7 @@ def pull_topic(broker: BrokerProcess) -> PullTopic:
         assert c.create_topic(topic.name, 2).code == 0
         for i, tag in enumerate("AAB"):
             assert c.send_message(topic.name, f"p{i}".encode(), {"TAGS": tag}).code == 0
+        assert c.indexed(topic.name, 0, 3) == 3
     return topic
 
 
