@@ -128,13 +128,19 @@ class RealBroker:
         self.properties = dict(properties or {})
         self.namesrv_port = 0
         self.broker_port = 0
+        # idemp's ``embeddedNamesrv=false`` (``--no-namesrv``): register with the
+        # nameserver of ``namesrvAddr`` instead of starting one, as RocketMQ's broker
+        # always does
+        self.joined = ""
+        if self.properties.pop("embeddedNamesrv", "true") == "false":
+            self.joined = self.properties.pop("namesrvAddr")
         self.proc: subprocess.Popen[bytes] | None = None
         self.namesrv: subprocess.Popen[bytes] | None = None
         self.dir = self.store.parent / (self.store.name + "-real")
 
     @property
     def namesrv_addr(self) -> str:
-        return f"127.0.0.1:{self.namesrv_port}"
+        return self.joined or f"127.0.0.1:{self.namesrv_port}"
 
     @property
     def broker_addr(self) -> str:
@@ -169,10 +175,9 @@ class RealBroker:
     def start(self) -> RealBroker:
         self.dir.mkdir(parents=True, exist_ok=True)
         self.store.mkdir(parents=True, exist_ok=True)
-        if not self.namesrv_port:
-            self.namesrv_port = _free_port()
+        if not self.broker_port:
+            self.namesrv_port = 0 if self.joined else _free_port()
             self.broker_port = _free_port((0, -2, 1))
-        (self.dir / "ns.conf").write_text(f"listenPort={self.namesrv_port}\n")
         settings = dict(self.properties)
         system: dict[str, str] = {}
         tls: dict[str, str] = {}  # to both JVMs: idemp's two servers are one process
@@ -196,11 +201,17 @@ class RealBroker:
         }
         (self.dir / "broker.conf").write_text("".join(f"{k}={v}\n" for k, v in props.items()))
         ns_log, br_log = self.dir / "namesrv.out", self.dir / "broker.out"
-        mark = _size(ns_log)
-        self.namesrv = self._java(
-            "org.apache.rocketmq.namesrv.NamesrvStartup", self.dir / "ns.conf", ns_log, "256m", tls
-        )
-        self._wait(ns_log, mark, self.namesrv, "The Name Server boot success")
+        if not self.joined:
+            (self.dir / "ns.conf").write_text(f"listenPort={self.namesrv_port}\n")
+            mark = _size(ns_log)
+            self.namesrv = self._java(
+                "org.apache.rocketmq.namesrv.NamesrvStartup",
+                self.dir / "ns.conf",
+                ns_log,
+                "256m",
+                tls,
+            )
+            self._wait(ns_log, mark, self.namesrv, "The Name Server boot success")
         mark = _size(br_log)
         self.proc = self._java(
             "org.apache.rocketmq.broker.BrokerStartup",

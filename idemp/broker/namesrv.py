@@ -60,8 +60,23 @@ def register(handlers: dict[int, Handler]) -> None:
 UNIT, UNIT_SUB = 0x1, 0x2  # TopicSysFlag: unit topic, has unit subscription
 
 
+class HashOrdered(dict[str, Any]):
+    """A Java HashMap's entries already in its iteration order: written as they are,
+    where every other object is a bean whose fields fastjson writes sorted."""
+
+
+def _fields_sorted(obj: Any) -> Any:
+    if isinstance(obj, HashOrdered):
+        return {k: _fields_sorted(v) for k, v in obj.items()}
+    if isinstance(obj, dict):
+        return {k: _fields_sorted(obj[k]) for k in sorted(obj)}
+    if isinstance(obj, list):
+        return [_fields_sorted(v) for v in obj]
+    return obj
+
+
 def _dumps(obj: Any, standard: bool) -> bytes:
-    text = json.dumps(obj, separators=(",", ":"), sort_keys=True)
+    text = json.dumps(_fields_sorted(obj), separators=(",", ":"))
     if not standard:
         # fastjson's default for Map<Long, String>: the broker id keys unquoted.
         text = _BROKER_ID_KEY.sub(r"\1\2:", text)
@@ -236,9 +251,16 @@ def cluster_info(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingCo
     brokers = {name: routes.broker_data(name) for name in routes.brokers}
     if server.store is not None:
         brokers[server.config.brokerName] = _broker_data(server)
+    clusters = _clusters(server)
+    # RouteInfoManager's tables as its HashMaps iterate them (created with 128 and 32
+    # buckets; each cluster's names a HashSet), which is how RocketMQ writes them
     body = {
-        "brokerAddrTable": brokers,
-        "clusterAddrTable": {c: sorted(names) for c, names in _clusters(server).items()},
+        "brokerAddrTable": HashOrdered(
+            (n, brokers[n]) for n in hash_map_order(sorted(brokers), 128)
+        ),
+        "clusterAddrTable": HashOrdered(
+            (c, hash_map_order(sorted(clusters[c]))) for c in hash_map_order(clusters, 32)
+        ),
     }
     return cmd.response(ResponseCode.SUCCESS, body=_dumps(body, cmd.version >= V4_9_4))
 
@@ -380,7 +402,8 @@ def system_topics(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingC
     """RouteInfoManager.getSystemTopicList: cluster and broker names, and a broker address."""
     names: list[str] = []
     clusters = _clusters(server)
-    for cluster in hash_map_order(clusters):  # clusterAddrTable, its sets of broker names
+    # clusterAddrTable (32 buckets), its sets of broker names
+    for cluster in hash_map_order(clusters, 32):
         names += [cluster, *hash_map_order(sorted(clusters[cluster]))]
     addr = server.broker_addr or next(
         (a for e in server.namesrv.routes.brokers.values() for a in e.addrs.values()), None

@@ -27,8 +27,7 @@ from idemp.runners import ConcurrentRunner, OrderlyRunner
 from tests.broker.official_scripts import Clients
 from tests.broker.rawclient import RawClient
 from tests.client.conftest import wait_for
-
-pytestmark = pytest.mark.idemp_only("starts idemp's brokers with --no-namesrv")
+from tests.realbroker import real_home
 
 TOPIC, QUEUES = "ClusterT", 4
 
@@ -105,7 +104,8 @@ def test_a_broker_joins_another_ones_nameserver(
 ) -> None:
     a = make_broker()
     b = _joining(make_broker, a.namesrv_addr, "broker-b")
-    assert b.ready_line.split()[3] == f"namesrv={a.namesrv_addr}"
+    if real_home() is None:  # idemp's ready line; RocketMQ's brokers register all the same
+        assert b.ready_line.split()[3] == f"namesrv={a.namesrv_addr}"
     for broker in (a, b):
         _create_topic(broker)
     route = _route(a.namesrv_addr, TOPIC)
@@ -121,8 +121,9 @@ def test_a_broker_joins_another_ones_nameserver(
         ("broker-a", QUEUES),
     ]
     info = _cluster(a.namesrv_addr)
-    assert info["clusterAddrTable"] == {"DefaultCluster": ["broker-a", "broker-b"]}
-    assert sorted(info["brokerAddrTable"]) == ["broker-a", "broker-b"]  # type: ignore[call-overload]
+    # the nameserver's hash tables in their order, as RocketMQ's writes them
+    assert info["clusterAddrTable"] == {"DefaultCluster": ["broker-b", "broker-a"]}
+    assert list(info["brokerAddrTable"]) == ["broker-b", "broker-a"]  # type: ignore[call-overload]
 
     # a client sends to all eight queues and a consumer reads each message once
     producer = Producer(a.namesrv_addr, "cluster-p").start()
@@ -230,6 +231,9 @@ def test_the_nameserver_alone_answers_no_route_and_an_empty_cluster(
     assert _cluster(namesrv.namesrv_addr) == {"brokerAddrTable": {}, "clusterAddrTable": {}}
 
 
+@pytest.mark.idemp_only(
+    "the refusal is idemp's embedded nameserver's: RocketMQ's has no broker of its own"
+)
 def test_a_second_broker_under_the_same_name_is_refused_at_start(
     make_broker: Callable[..., BrokerProcess], tmp_path: Path
 ) -> None:
@@ -389,4 +393,5 @@ def test_a_restarted_nameserver_hears_of_the_broker_at_its_next_round(
         25,
         "the broker's next registration round (10 s)",
     )
-    assert "register with nameserver" not in b.log_path.read_text()
+    if real_home() is None:  # idemp's log: no registration failed on the dead connection
+        assert "register with nameserver" not in b.log_path.read_text()
