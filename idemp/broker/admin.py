@@ -7,13 +7,12 @@ from typing import TYPE_CHECKING
 
 from idemp.remoting import RemotingCommand, RequestCode, ResponseCode, jsonlenient
 from idemp.remoting.codes import (
-    DEFAULT_TOPIC,
     SYSTEM_TOPIC_PREFIX,
-    SYSTEM_TOPICS,
     UNSET_RESPONSE_REMARK,
     Perm,
 )
 
+from .admin_maintenance import system_topic_names
 from .metadata import (
     MESSAGE_TYPE_ATTRIBUTE,
     TopicConfig,
@@ -22,6 +21,7 @@ from .metadata import (
     topic_error,
     topic_json,
 )
+from .namesrv import sync_order_topics
 
 if TYPE_CHECKING:
     from .context import Broker, Handler, HandlerResult, Peer
@@ -126,13 +126,10 @@ def create_topic(server: Broker, conn: Peer, cmd: RemotingCommand) -> HandlerRes
     err = topic_error(topic)
     if err:
         return cmd.response(ResponseCode.SYSTEM_ERROR, err)
-    if topic == server.config.brokerClusterName:
-        return cmd.response(
-            ResponseCode.SYSTEM_ERROR, f"the topic[{topic}] is conflict with system reserved words."
-        )
-    # TopicValidator.isSystemTopic: TBW102, SCHEDULE_TOPIC_XXXX, the transaction topics...
-    # are the broker's own; re-creating TBW102 could e.g. switch off auto-creation.
-    if topic in SYSTEM_TOPICS or topic == DEFAULT_TOPIC or topic.startswith(SYSTEM_TOPIC_PREFIX):
+    # TopicValidator.isSystemTopic: TBW102, SCHEDULE_TOPIC_XXXX, the transaction topics,
+    # the cluster's and the broker's own names, the reply topic... are the broker's own;
+    # re-creating TBW102 could e.g. switch off auto-creation.
+    if topic in system_topic_names(server) or topic.startswith(SYSTEM_TOPIC_PREFIX):
         return cmd.response(
             ResponseCode.SYSTEM_ERROR, f"The topic[{topic}] is conflict with system topic."
         )
@@ -155,10 +152,12 @@ def create_topic(server: Broker, conn: Peer, cmd: RemotingCommand) -> HandlerRes
             cmd.field_int("perm", Perm.READ | Perm.WRITE),
             cmd.ext_fields.get("topicFilterType", "SINGLE_TAG"),
             cmd.field_int("topicSysFlag", 0),
-            cmd.field_bool("order"),
+            False,  # RocketMQ takes no order from the request: the nameserver's KV says
             attributes,
         )
     )
+    if server.config.embeddedNamesrv:  # the registration's answer, here at once
+        sync_order_topics(server)
     done = cmd.response(ResponseCode.SUCCESS, UNSET_RESPONSE_REMARK)
     if server.registrar is not None:  # registerIncrementBrokerData: before the answer
         return server.registrar.after_registering(done)

@@ -11,7 +11,12 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from idemp.remoting import RemotingCommand, RequestCode, ResponseCode
-from idemp.remoting.codes import DEFAULT_TOPIC, SYSTEM_TOPICS, UNSET_RESPONSE_REMARK
+from idemp.remoting.codes import (
+    DEFAULT_TOPIC,
+    SYSTEM_TOPIC_PREFIX,
+    SYSTEM_TOPICS,
+    UNSET_RESPONSE_REMARK,
+)
 from idemp.remoting.jsonlenient import dumps
 
 from .metadata import topic_error
@@ -59,7 +64,7 @@ def delete_topic(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingCo
     error = topic_error(topic)
     if error is not None:
         return cmd.response(ResponseCode.SYSTEM_ERROR, error)
-    if topic in system_topic_names(server):
+    if topic in system_topic_names(server) or topic.startswith(SYSTEM_TOPIC_PREFIX):
         return cmd.response(
             ResponseCode.SYSTEM_ERROR, f"The topic[{topic}] is conflict with system topic."
         )

@@ -208,10 +208,10 @@ class ClientManager:
                 changed.append(group)
                 if not info.channels:
                     del self.consumers[group]
-        for group, chans in list(self.producers.items()):
+        # ProducerManager.doChannelCloseEvent keeps a group it emptied (only an
+        # unregistration removes one): producerConnection then finds no connection
+        for chans in self.producers.values():
             chans.pop(key, None)
-            if not chans:
-                del self.producers[group]
         return changed
 
     def expire(self, now: float | None = None) -> list[Channel]:

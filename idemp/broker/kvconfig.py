@@ -25,7 +25,10 @@ class NamesrvState:
         if data:
             for ns, table in (data.get("configTable") or {}).items():
                 self.kv[str(ns)] = {str(k): str(v) for k, v in dict(table).items()}
-        self.write_wiped: set[str] = set()  # broker names whose write bit is off
+        # this broker's topics whose route perm the nameserver set itself (wipe/add write
+        # perm): topic -> (the topic's config then, the perm); RocketMQ's nameserver keeps
+        # it until the broker registers that topic again (a new config replaces the object)
+        self.route_perm: dict[str, tuple[object, int]] = {}
         # topic -> the broker's topic table version when its route was deleted here
         self.deleted_routes: dict[str, int] = {}
         # NamesrvConfig + NettyServerConfig values changed by UPDATE_NAMESRV_CONFIG

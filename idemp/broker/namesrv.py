@@ -13,7 +13,7 @@ import json
 import logging
 import re
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from idemp.remoting import RemotingCommand, RequestCode, ResponseCode
@@ -27,6 +27,7 @@ from .rocketmq_defaults import namesrv_settings
 
 if TYPE_CHECKING:
     from .context import Broker, Handler, Peer
+    from .metadata import TopicConfig
 
 log = logging.getLogger("idemp.namesrv")
 
@@ -114,7 +115,7 @@ def route_info(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingComm
         queue_datas.append(
             {
                 "brokerName": server.config.brokerName,
-                "perm": _perm(server, tcfg.perm),
+                "perm": _perm(server, tcfg),
                 "readQueueNums": tcfg.readQueueNums,
                 "topicSysFlag": tcfg.topicSysFlag,
                 "writeQueueNums": tcfg.writeQueueNums,
@@ -222,11 +223,23 @@ def query_data_version(server: Broker, conn: Peer, cmd: RemotingCommand) -> Remo
     )
 
 
-def _perm(server: Broker, perm: int) -> int:
-    perm &= server.config.brokerPermission | Perm.INHERIT | 8
-    if server.config.brokerName in server.namesrv.write_wiped:
-        perm &= ~Perm.WRITE
-    return perm
+def _perm(server: Broker, tcfg: TopicConfig) -> int:
+    kept = server.namesrv.route_perm.get(tcfg.topicName)
+    if kept is not None and kept[0] is tcfg:
+        return kept[1]
+    return tcfg.perm & (server.config.brokerPermission | Perm.INHERIT | 8)
+
+
+def _set_route_perms(server: Broker, perm: Callable[[int], int]) -> int:
+    """RouteInfoManager.operateWritePermOfBroker on this broker's queue data: each routed
+    topic's perm as ``perm`` makes it from the route's, kept until the topic changes."""
+    assert server.store is not None
+    count = 0
+    for name, tcfg in server.store.topics.topics.items():
+        if _routed(server, name):
+            server.namesrv.route_perm[name] = (tcfg, perm(_perm(server, tcfg)))
+            count += 1
+    return count
 
 
 def _routed(server: Broker, topic: str) -> bool:
@@ -349,19 +362,12 @@ def _is_local(server: Broker, broker_name: str) -> bool:
     return server.store is not None and broker_name == server.config.brokerName
 
 
-def _local_topic_count(server: Broker) -> int:
-    assert server.store is not None
-    return sum(1 for t in server.store.topics.topics if _routed(server, t))
-
-
 def wipe_write_perm(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingCommand:
     """RouteInfoManager.wipeWritePermOfBrokerByLock: the broker's queues lose the write
     bit in every route; the answer counts the topics touched."""
     name = cmd.ext_fields.get("brokerName", "")
     if _is_local(server, name):
-        count = _local_topic_count(server)
-        if count:
-            server.namesrv.write_wiped.add(name)
+        count = _set_route_perms(server, lambda perm: perm & ~Perm.WRITE)
     else:
         count = server.namesrv.routes.set_write_perm(name, writable=False)
     return cmd.response(ResponseCode.SUCCESS, ext_fields={"wipeTopicCount": str(count)})
@@ -370,8 +376,8 @@ def wipe_write_perm(server: Broker, conn: Peer, cmd: RemotingCommand) -> Remotin
 def add_write_perm(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingCommand:
     name = cmd.ext_fields.get("brokerName", "")
     if _is_local(server, name):
-        count = _local_topic_count(server)
-        server.namesrv.write_wiped.discard(name)
+        # not the topic's own perm back: RocketMQ's nameserver sets read and write
+        count = _set_route_perms(server, lambda perm: Perm.READ | Perm.WRITE)
     else:
         count = server.namesrv.routes.set_write_perm(name, writable=True)
     return cmd.response(ResponseCode.SUCCESS, ext_fields={"addTopicCount": str(count)})

@@ -232,6 +232,18 @@ def test_connections_of_online_and_unknown_groups(broker: BrokerProcess) -> None
     )
     (info,) = everyone["data"]["PG"]
     assert (info["clientId"], info["remoteIP"], info["version"]) == ("cid-1", "/" + local, 409)
+    # the producer's connection closed (a killed producer): its group stays, empty, as
+    # ProducerManager.doChannelCloseEvent leaves it (mqadmin: "Not found the producer
+    # group connection"); only UNREGISTER_CLIENT removes a group
+    with RawClient(broker.broker_addr) as c:
+        deadline = time.monotonic() + 10
+        while (
+            left := _body(
+                c.request(RequestCode.GET_PRODUCER_CONNECTION_LIST, {"producerGroup": "PG"})
+            )
+        )["connectionSet"] and time.monotonic() < deadline:
+            time.sleep(0.05)  # the broker hears of the closed connection a moment later
+        assert left == {"connectionSet": []}
 
 
 def test_broker_config_get_and_update(broker: BrokerProcess) -> None:
@@ -581,3 +593,31 @@ def test_the_topic_list_comes_in_the_order_rocketmqs_nameserver_gives(
         "SELF_TEST_TOPIC", "AuditLog", "DefaultCluster", "SCHEDULE_TOPIC_XXXX",
         "RMQ_SYS_TRACE_TOPIC", "DefaultCluster_REPLY_TOPIC", "broker-a", "T1",
     ]  # fmt: skip
+
+
+def test_add_write_perm_sets_read_write_until_the_topic_registers_again(
+    broker: BrokerProcess,
+) -> None:
+    """RouteInfoManager.operateWritePermOfBroker: addWritePerm sets each of the broker's
+    queue data to read+write (6), not back to the topic's own perm; the nameserver keeps
+    what wipe or add made of a route until the broker registers that topic again (an
+    updateTopic does, for that topic only)."""
+
+    def perm(ns: RawClient, topic: str) -> int:
+        route = _body(ns.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic}))
+        return int(route["queueDatas"][0]["perm"])
+
+    with RawClient(broker.broker_addr) as c, RawClient(broker.namesrv_addr) as ns:
+        assert c.create_topic("TopicPermRO", 2, perm=4).code == 0
+        assert c.create_topic("TopicPermRW", 2, perm=7).code == 0
+        wipe = ns.request(RequestCode.WIPE_WRITE_PERM_OF_BROKER, {"brokerName": "broker-a"})
+        assert wipe.code == 0
+        assert (perm(ns, "TopicPermRO"), perm(ns, "TopicPermRW")) == (4, 5)
+        # registered again: its own perm, whatever the wipe made of its route
+        assert c.create_topic("TopicPermRW", 2, perm=7).code == 0
+        assert perm(ns, "TopicPermRW") == 7
+        add = ns.request(RequestCode.ADD_WRITE_PERM_OF_BROKER, {"brokerName": "broker-a"})
+        assert add.ext_fields["addTopicCount"] == wipe.ext_fields["wipeTopicCount"]
+        assert (perm(ns, "TopicPermRO"), perm(ns, "TopicPermRW")) == (6, 6)
+        assert c.create_topic("TopicPermRO", 2, perm=4).code == 0
+        assert (perm(ns, "TopicPermRO"), perm(ns, "TopicPermRW")) == (4, 6)

@@ -207,16 +207,30 @@ def test_valid_topic_name_edges(broker: BrokerProcess) -> None:
 
 
 @pytest.mark.parametrize(
-    "topic", ["TBW102", "SCHEDULE_TOPIC_XXXX", "RMQ_SYS_TRANS_HALF_TOPIC", "rmq_sys_custom"]
+    "topic",
+    [
+        "TBW102",
+        "SCHEDULE_TOPIC_XXXX",
+        "RMQ_SYS_TRANS_HALF_TOPIC",
+        "rmq_sys_custom",
+        "OFFSET_MOVED_EVENT",
+        # TopicConfigManager adds the cluster's, the broker's and the reply topic's names
+        "DefaultCluster",
+        "broker-a",
+        "DefaultCluster_REPLY_TOPIC",
+    ],
 )
-def test_system_topics_cannot_be_created_or_redefined(
+def test_system_topics_cannot_be_created_redefined_or_deleted(
     broker: BrokerProcess, witness: Witness, topic: str
 ) -> None:
     """TopicValidator.isSystemTopic: re-creating TBW102 (say write-only, without the
     INHERIT bit) would silently switch auto-creation off."""
+    refusal = (1, f"The topic[{topic}] is conflict with system topic.")
     with RawClient(broker.broker_addr) as c:
         r = c.create_topic(topic, 1, perm=2)
-        assert (r.code, r.remark) == (1, f"The topic[{topic}] is conflict with system topic.")
+        assert (r.code, r.remark) == refusal
+        r = c.request(RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": topic})
+        assert (r.code, r.remark) == refusal
         fresh = f"AutoCreated{len(topic)}{topic[:3]}"
         assert c.send_message(fresh, b"x").code == 0  # auto-creation from TBW102 still works
     witness.round_trip()
