@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from idemp.remoting import PullSysFlag, RemotingCommand, RequestCode, ResponseCode
-from idemp.remoting.codes import Perm
+from idemp.remoting import MessageExt, PullSysFlag, RemotingCommand, RequestCode, ResponseCode
+from idemp.remoting.codes import OFFSET_MOVED_EVENT, Perm
+from idemp.remoting.javahash import hash_map_order
 from idemp.remoting.message import decode_message
 from idemp.remoting.sql92 import Selector
 from idemp.remoting.tags import parse_subscription
@@ -79,7 +82,7 @@ def _process(
     if not server.config.brokerPermission & Perm.READ:
         return cmd.response(
             ResponseCode.NO_PERMISSION,
-            f"the broker[{server.broker_addr}] pulling message is forbidden",
+            f"the broker[{server.config.brokerIP1}] pulling message is forbidden",
         )
     gcfg = store.groups.find_or_create(group)
     if gcfg is None:
@@ -172,6 +175,8 @@ def _process(
         code = ResponseCode.PULL_OFFSET_MOVED if offset != 0 else ResponseCode.PULL_NOT_FOUND
     else:
         code = _CODE[result.status]
+    if code == ResponseCode.PULL_OFFSET_MOVED:
+        _offset_moved_event(server, group, topic, queue_id, offset, result.next_begin_offset)
     if allow_suspend and sys_flag & PullSysFlag.COMMIT_OFFSET:
         store.offsets.commit(group, topic, queue_id, cmd.field_int("commitOffset"))
     if code == ResponseCode.PULL_NOT_FOUND and allow_suspend and sys_flag & PullSysFlag.SUSPEND:
@@ -209,3 +214,31 @@ def _process(
     if result.records:
         response.body = b"".join(result.records)
     return response
+
+
+def _offset_moved_event(
+    server: Broker, group: str, topic: str, queue_id: int, asked: int, new: int
+) -> None:
+    """PullMessageProcessor.generateOffsetMovedEvent: a master notes each corrected
+    offset in OFFSET_MOVED_EVENT (queue 0, tagged and keyed by the group), where an
+    operator's tools read them."""
+    store = server.store
+    assert store is not None
+    queue = {"brokerName": server.config.brokerName, "queueId": queue_id, "topic": topic}
+    event = {
+        "consumerGroup": group,
+        "messageQueue": queue,
+        "offsetNew": new,
+        "offsetRequest": asked,
+    }
+    props = {"TAGS": group, "DELAY": "0", "KEYS": group}  # setDelayTimeLevel(0) writes DELAY
+    store.put(
+        MessageExt(
+            topic=OFFSET_MOVED_EVENT,
+            queue_id=0,
+            body=json.dumps(event, separators=(",", ":")).encode(),
+            properties={k: props[k] for k in hash_map_order(props)},
+            born_timestamp=int(time.time() * 1000),
+            born_host=store.store_host,
+        )
+    )

@@ -29,6 +29,7 @@ from .metadata import TopicConfig, dlq_topic, retry_topic, topic_error
 
 if TYPE_CHECKING:
     from .context import Broker, Handler, HandlerResult, Peer
+    from .store import MessageStore
 
 FAQ = "\nSee http://rocketmq.apache.org/docs/faq/ for further details."
 V3_4_9 = 121
@@ -91,6 +92,11 @@ def _java_bool(value: str | None) -> bool:
     return value is not None and value.strip().lower() == "true"
 
 
+def _is_order(store: MessageStore, topic: str) -> bool:
+    tcfg = store.topics.get(topic)
+    return tcfg is not None and tcfg.order
+
+
 def _msg_check(
     server: Broker, conn: Peer, request: RemotingCommand, cmd: RemotingCommand
 ) -> tuple[TopicConfig, int] | RemotingCommand:
@@ -100,10 +106,12 @@ def _msg_check(
     store = server.store
     assert store is not None
     topic = cmd.ext_fields["topic"]
-    if not server.config.brokerPermission & Perm.WRITE:
+    # a broker without write permission still takes sends, but to order topics: what it
+    # loses is the nameserver's routes (clients stop choosing it), as RocketMQ's does
+    if not server.config.brokerPermission & Perm.WRITE and _is_order(store, topic):
         return request.response(
             ResponseCode.NO_PERMISSION,
-            f"the broker[{server.broker_addr}] sending message is forbidden",
+            f"the broker[{server.config.brokerIP1}] sending message is forbidden",
         )
     err = topic_error(topic)
     if err:
@@ -114,12 +122,14 @@ def _msg_check(
         )
     tcfg = store.topics.get(topic)
     if tcfg is None:
-        if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
-            tcfg = store.topics.create_system(topic, 1, Perm.READ | Perm.WRITE)
-        elif server.config.autoCreateTopicEnable:
+        # from the default topic first, a retry topic included (with TBW102's queues, as
+        # the producer's route for it had them); a retry topic's own single queue after
+        if server.config.autoCreateTopicEnable:
             tcfg = store.topics.create_in_send(
                 topic, cmd.ext_fields["defaultTopic"], cmd.field_int("defaultTopicQueueNums")
             )
+        if tcfg is None and topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+            tcfg = store.topics.create_system(topic, 1, Perm.READ | Perm.WRITE)
         if tcfg is None:
             return request.response(
                 ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please!{FAQ}"
@@ -215,7 +225,7 @@ def send_message(server: Broker, conn: Peer, request: RemotingCommand) -> Handle
         if server.config.rejectTransactionMessage:
             return request.response(
                 ResponseCode.NO_PERMISSION,
-                f"the broker[{server.broker_addr}] sending transaction message is forbidden",
+                f"the broker[{server.config.brokerIP1}] sending transaction message is forbidden",
             )
         base.properties[Prop.REAL_TOPIC] = base.topic
         base.properties[Prop.REAL_QID] = str(base.queue_id)
@@ -380,7 +390,7 @@ def send_back(server: Broker, conn: Peer, cmd: RemotingCommand) -> HandlerResult
     if not server.config.brokerPermission & Perm.WRITE:
         return cmd.response(
             ResponseCode.NO_PERMISSION,
-            f"the broker[{server.broker_addr}] sending message is forbidden",
+            f"the broker[{server.config.brokerIP1}] sending message is forbidden",
         )
     if gcfg.retryQueueNums <= 0:
         return cmd.response(ResponseCode.SUCCESS)

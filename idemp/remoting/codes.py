@@ -231,6 +231,8 @@ SYSTEM_TOPIC_PREFIX = "rmq_sys_"
 # RocketMQ 5's timer (TimerMessageStore.TIMER_TOPIC): messages sent with a delivery time
 # wait here, their real topic in REAL_TOPIC; a recall's marker waits beside them
 TIMER_TOPIC = SYSTEM_TOPIC_PREFIX + "wheel_timer"
+# where a master notes each pull whose offset it corrected (PullMessageProcessor)
+OFFSET_MOVED_EVENT = "OFFSET_MOVED_EVENT"
 # Clients may not send to these directly (SendMessageProcessor.msgCheck,
 # TopicValidator.NOT_ALLOWED_SEND_TOPIC_SET).
 NOT_ALLOWED_SEND_TOPICS = frozenset(
@@ -240,7 +242,7 @@ NOT_ALLOWED_SEND_TOPICS = frozenset(
         TRANS_OP_HALF_TOPIC,
         TRANS_CHECK_MAX_TIME_TOPIC,
         "SELF_TEST_TOPIC",
-        "OFFSET_MOVED_EVENT",
+        OFFSET_MOVED_EVENT,
     }
 )
 # TopicValidator.SYSTEM_TOPIC_SET but TBW102, which callers check on its own

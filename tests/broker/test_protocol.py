@@ -1079,3 +1079,91 @@ def test_a_taken_vip_port_is_a_warning_not_a_failed_start(
         f"VIP channel port {port - 2} not opened: error while attempting to bind on address "
         f"('127.0.0.1', {port - 2}): address already in use"
     ) in log
+
+
+def test_a_broker_without_write_permission_refuses_sends_to_order_topics_only(
+    broker: BrokerProcess,
+) -> None:
+    """AbstractSendMessageProcessor.msgCheck: brokerPermission without write refuses a
+    send only when the topic is an order topic (its clients lose the broker from their
+    routes, not its sends); a send-back is refused and, without read, a pull. The texts
+    name brokerIP1 alone."""
+    with RawClient(broker.namesrv_addr) as ns:
+        kv = {"namespace": "ORDER_TOPIC_CONFIG", "key": "TopicPermOrd", "value": "broker-a:2"}
+        assert ns.request(RequestCode.PUT_KV_CONFIG, kv).code == 0
+    with RawClient(broker.broker_addr) as c:
+        # a topic's creation registers it, and the registration's answer marks the order
+        assert c.create_topic("TopicPermOrd", 2).code == 0
+        assert c.create_topic("TopicPermPlain", 2).code == 0
+        stored = c.send_message("TopicPermPlain", b"m")
+        assert stored.code == 0
+        try:
+            assert c.update_broker_config(brokerPermission=4).code == 0
+            assert c.send_message("TopicPermPlain", b"still").code == 0
+            refused = c.send_message("TopicPermOrd", b"no")
+            assert (refused.code, refused.remark) == (
+                ResponseCode.NO_PERMISSION,
+                "the broker[127.0.0.1] sending message is forbidden",
+            )
+            back = c.request(
+                RequestCode.CONSUMER_SEND_MSG_BACK,
+                {
+                    "offset": parse_offset_msg_id(stored.ext_fields["msgId"])[1],
+                    "group": "GPermBack",
+                    "delayLevel": 0,
+                    "originMsgId": stored.ext_fields["msgId"],
+                    "originTopic": "TopicPermPlain",
+                    "unitMode": "false",
+                    "maxReconsumeTimes": 16,
+                },
+            )
+            assert (back.code, back.remark) == (
+                ResponseCode.NO_PERMISSION,
+                "the broker[127.0.0.1] sending message is forbidden",
+            )
+            assert c.update_broker_config(brokerPermission=2).code == 0
+            pulled = c.pull("TopicPermPlain", 0, 0)
+            assert (pulled.code, pulled.remark) == (
+                ResponseCode.NO_PERMISSION,
+                "the broker[127.0.0.1] pulling message is forbidden",
+            )
+        finally:
+            assert c.update_broker_config(brokerPermission=6).code == 0
+
+
+def test_a_send_to_a_retry_topic_not_yet_there_creates_it_from_the_default_topic(
+    broker: BrokerProcess,
+) -> None:
+    """msgCheck creates a missing topic from TBW102 first, a retry topic included (so the
+    queue a producer picked from TBW102's route exists); only when that fails does a
+    retry topic get its own single queue."""
+    with RawClient(broker.broker_addr) as c:
+        r = c.send_message("%RETRY%GRetryAuto", b"again", queue_id=2)
+        assert (r.code, r.ext_fields["queueId"]) == (0, "2")
+    with RawClient(broker.namesrv_addr) as ns:
+        route = ns.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "%RETRY%GRetryAuto"})
+        queues = jsonlenient.loads(route.body)["queueDatas"]
+        assert [(q["readQueueNums"], q["writeQueueNums"], q["perm"]) for q in queues] == [(4, 4, 6)]
+
+
+def test_a_corrected_offset_is_noted_in_offset_moved_event(pull_topic: PullTopic) -> None:
+    """PullMessageProcessor.generateOffsetMovedEvent: each OFFSET_MOVED answer of a
+    master stores an event in OFFSET_MOVED_EVENT's queue 0, tagged and keyed by the
+    group; a pull that is merely early (NOT_FOUND) stores none."""
+    T = pull_topic.name
+    with pull_topic.connect() as c:
+        before = c.max_offset("OFFSET_MOVED_EVENT")
+        assert _pull_row(c.pull(T, 0, 3, group="GMovedEarly")) == (19, "3")
+        moved = c.pull(T, 0, 100, group="GMoved")
+        assert _pull_row(moved) == (ResponseCode.PULL_OFFSET_MOVED, "3")
+        assert c.indexed("OFFSET_MOVED_EVENT", 0, before + 1) == before + 1
+        (event,) = c.pull_messages("OFFSET_MOVED_EVENT", 0, before)
+    assert json.loads(event.body) == {
+        "consumerGroup": "GMoved",
+        "messageQueue": {"brokerName": "broker-a", "queueId": 0, "topic": T},
+        "offsetNew": 3,
+        "offsetRequest": 100,
+    }
+    assert event.properties == {"KEYS": "GMoved", "DELAY": "0", "TAGS": "GMoved"}
+    assert list(event.properties) == ["KEYS", "DELAY", "TAGS"]  # a HashMap's order
+    assert (event.born_host, event.store_host) == (event.store_host, event.store_host)
