@@ -61,6 +61,11 @@ def heartbeat(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingComma
 
 def unregister_client(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingCommand:
     # no clientID check: RocketMQ 4.9.7 unregisters the connection's groups without one
+    group = cmd.ext_fields.get("consumerGroup")
+    if group is not None and server.store is not None:
+        # findSubscriptionGroupConfig (for its notify flag) creates the group if it may:
+        # a consumer that leaves before its first heartbeat leaves its group behind
+        server.store.groups.find_or_create(group)
     changed = server.clients.unregister(
         conn, cmd.ext_fields.get("consumerGroup"), cmd.ext_fields.get("producerGroup")
     )

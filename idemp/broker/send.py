@@ -185,11 +185,15 @@ def send_message(server: Broker, conn: Peer, request: RemotingCommand) -> Handle
     props_text = cmd.ext_fields.get("properties", "")
     properties = decode_properties(props_text)
     properties[Prop.CLUSTER] = server.config.brokerClusterName
+    sys_flag = cmd.field_int("sysFlag")
+    tcfg = server.store.topics.get(topic) if server.store is not None else None
+    if tcfg is not None and tcfg.topicFilterType == "MULTI_TAG":
+        sys_flag |= MessageSysFlag.MULTI_TAGS  # SendMessageProcessor, single and batch
     base = MessageExt(
         topic=topic,
         queue_id=queue_id,
         flag=cmd.field_int("flag"),
-        sys_flag=cmd.field_int("sysFlag"),
+        sys_flag=sys_flag,
         born_timestamp=cmd.field_int("bornTimestamp"),
         born_host=conn.peer_host,
         reconsume_times=cmd.field_int("reconsumeTimes", 0),

@@ -1167,3 +1167,47 @@ def test_a_corrected_offset_is_noted_in_offset_moved_event(pull_topic: PullTopic
     assert event.properties == {"KEYS": "GMoved", "DELAY": "0", "TAGS": "GMoved"}
     assert list(event.properties) == ["KEYS", "DELAY", "TAGS"]  # a HashMap's order
     assert (event.born_host, event.store_host) == (event.store_host, event.store_host)
+
+
+def test_a_multi_tag_topics_messages_are_stored_with_the_multi_tags_flag(
+    broker: BrokerProcess,
+) -> None:
+    """SendMessageProcessor: a topic whose filter type is MULTI_TAG adds
+    MULTI_TAGS_FLAG (2) to each message's sysFlag, single or batch."""
+    with RawClient(broker.broker_addr) as c:
+        ext = {
+            "topic": "TopicMultiTag",
+            "defaultTopic": "TBW102",
+            "readQueueNums": 1,
+            "writeQueueNums": 1,
+            "perm": 6,
+            "topicFilterType": "MULTI_TAG",
+        }
+        assert c.request(RequestCode.UPDATE_AND_CREATE_TOPIC, ext).code == 0
+        assert c.send_message("TopicMultiTag", b"m", {"TAGS": "a"}).code == 0
+        batch = c.request(
+            RequestCode.SEND_BATCH_MESSAGE,
+            _v2_ext("TopicMultiTag", 0, {}, m="true"),
+            batch_body([(b"b", {"UNIQ_KEY": "U-MT-1"})]),
+        )
+        assert batch.code == 0, batch.remark
+        assert c.indexed("TopicMultiTag", 0, 2) == 2
+        assert [(m.body, m.sys_flag) for m in c.pull_messages("TopicMultiTag")] == [
+            (b"m", 2),
+            (b"b", 2),
+        ]
+
+
+def test_an_unregistration_creates_the_consumers_group(broker: BrokerProcess) -> None:
+    """ClientManageProcessor.unregisterClient looks the group up with
+    findSubscriptionGroupConfig, which creates it (autoCreateSubscriptionGroup): a pull
+    consumer that leaves before its first heartbeat leaves its group behind."""
+    with RawClient(broker.broker_addr) as c:
+        r = c.request(
+            RequestCode.UNREGISTER_CLIENT,
+            {"clientID": "127.0.0.1@gone", "consumerGroup": "GLeftEarly"},
+        )
+        assert (r.code, r.remark) == (0, None)
+        groups = c.request(RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG)
+        table = jsonlenient.loads(groups.body)["subscriptionGroupTable"]
+    assert table["GLeftEarly"]["groupName"] == "GLeftEarly"
