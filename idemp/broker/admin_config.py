@@ -3,8 +3,9 @@
 
 RocketMQ answers GET_BROKER_CONFIG with every setting as ``key=value`` lines and a
 ``version`` header (a DataVersion); UPDATE_BROKER_CONFIG takes ``key=value`` lines and
-applies those it knows, ignoring the rest and values that do not parse (it still
-answers SUCCESS; idemp logs what it ignored). idemp reports the settings it has and, for
+applies those it knows, dropping unknown keys and numbers that do not parse, reading a
+boolean as Java's parseBoolean does (it still answers SUCCESS; idemp logs what it
+ignored). idemp reports the settings it has and, for
 the rest of RocketMQ's, RocketMQ's defaults (``rocketmq_defaults``).
 """
 
@@ -19,7 +20,7 @@ from typing import TYPE_CHECKING
 from idemp.remoting import RemotingCommand, RequestCode, ResponseCode
 
 from . import rocketmq_defaults
-from .config import ConfigError, apply_setting, read_properties
+from .config import ConfigError, apply_setting, read_properties, setting_type
 
 if TYPE_CHECKING:
     from .config import BrokerConfig
@@ -68,10 +69,46 @@ def get_config(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingComm
     )
 
 
+def _as_rocketmq_takes_it(cfg: BrokerConfig, key: str, raw: str) -> str | None:
+    """Configuration.update: a key none of its config objects has is dropped
+    (mergeIfExist), a boolean is Boolean.parseBoolean's (anything but "true" is false),
+    a number that does not parse leaves the setting as it was (None)."""
+    kind = setting_type(key)
+    if kind is None:
+        current = _current(cfg).get(key)
+        if current is None:
+            return None
+        kind = bool if current in ("true", "false") else int if _is_int(current) else str
+    if kind is bool:
+        return "true" if raw.strip().lower() == "true" else "false"
+    if kind is int and not _is_int(raw.strip()):
+        return None
+    return raw
+
+
+def _is_int(text: str) -> bool:
+    try:
+        int(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _current(cfg: BrokerConfig) -> dict[str, str]:
+    items = dict(rocketmq_defaults.STATIC)
+    items.update(rocketmq_defaults.derived(cfg.listenPort, cfg.storePathRootDir, cfg.brokerIP1))
+    items.update(cfg.unknown)
+    return items
+
+
 def update_config(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingCommand:
     if cmd.body:
         text = cmd.body.decode("utf-8", errors="replace")
-        for key, raw in read_properties(text).items():
+        for key, given in read_properties(text).items():
+            raw = _as_rocketmq_takes_it(server.config, key, given)
+            if raw is None:
+                log.warning("updateBrokerConfig from %s: ignored %s=%s", conn.peer, key, given)
+                continue
             try:
                 apply_setting(server.config, key, raw)
             except ConfigError as exc:

@@ -178,6 +178,18 @@ def parse_delay_levels(text: str) -> list[int]:
     return levels
 
 
+def setting_type(key: str) -> object | None:
+    """The type of a setting idemp models (int, bool or str), None for the others."""
+    f = SYSTEM_PROPERTIES.get(key) or _FIELDS.get(key)
+    if f is None:
+        return None
+    return (
+        {"int": int, "bool": bool, "str": str}.get(f.type, f.type)
+        if isinstance(f.type, str)
+        else f.type
+    )
+
+
 def apply_setting(cfg: BrokerConfig, key: str, raw: str) -> None:
     f = SYSTEM_PROPERTIES.get(key) or _FIELDS.get(key)
     if f is None:

@@ -251,7 +251,8 @@ def test_broker_config_get_and_update(broker: BrokerProcess) -> None:
         before = c.request(RequestCode.GET_BROKER_CONFIG)
         update = c.request(
             RequestCode.UPDATE_BROKER_CONFIG,
-            body=b"maxMessageSize=2048\ndefaultTopicQueueNums=oops\nfileReservedTime=48\n",
+            body=b"maxMessageSize=2048\ndefaultTopicQueueNums=oops\nfileReservedTime=48\n"
+            b"noSuchKeyAtAll=1\n=x\ntraceOn=maybe\n",
         )
         after = c.request(RequestCode.GET_BROKER_CONFIG)
         big = c.send_message(TOPIC, b"x" * 4096)
@@ -276,6 +277,10 @@ def test_broker_config_get_and_update(broker: BrokerProcess) -> None:
     after_lines = dict(line.split("=", 1) for line in after.body.decode().splitlines())
     assert after_lines["maxMessageSize"] == "2048" and after_lines["defaultTopicQueueNums"] == "8"
     assert after_lines["fileReservedTime"] == "48"  # reported as set; idemp does not act on it
+    # Configuration.update: keys no config object has are dropped, a boolean is
+    # Boolean.parseBoolean's
+    assert "noSuchKeyAtAll" not in after_lines and "" not in after_lines
+    assert after_lines["traceOn"] == "false"
     assert json.loads(after.ext_fields["version"])["counter"] == 1
     assert big.code == ResponseCode.MESSAGE_ILLEGAL  # the new limit is in force
 
