@@ -20,7 +20,14 @@ from typing import TYPE_CHECKING
 from idemp.remoting import RemotingCommand, RequestCode, ResponseCode
 
 from . import rocketmq_defaults
-from .config import ConfigError, apply_setting, read_properties, setting_type
+from .config import (
+    ConfigError,
+    apply_setting,
+    as_java_field,
+    kind_of,
+    read_properties,
+    setting_type,
+)
 
 if TYPE_CHECKING:
     from .config import BrokerConfig
@@ -71,27 +78,14 @@ def get_config(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingComm
 
 def _as_rocketmq_takes_it(cfg: BrokerConfig, key: str, raw: str) -> str | None:
     """Configuration.update: a key none of its config objects has is dropped
-    (mergeIfExist), a boolean is Boolean.parseBoolean's (anything but "true" is false),
-    a number that does not parse leaves the setting as it was (None)."""
+    (mergeIfExist); a value as its typed field takes it (None: left as it was)."""
     kind = setting_type(key)
     if kind is None:
         current = _current(cfg).get(key)
         if current is None:
             return None
-        kind = bool if current in ("true", "false") else int if _is_int(current) else str
-    if kind is bool:
-        return "true" if raw.strip().lower() == "true" else "false"
-    if kind is int and not _is_int(raw.strip()):
-        return None
-    return raw
-
-
-def _is_int(text: str) -> bool:
-    try:
-        int(text)
-    except ValueError:
-        return False
-    return True
+        kind = kind_of(current)
+    return as_java_field(kind, raw)
 
 
 def _current(cfg: BrokerConfig) -> dict[str, str]:

@@ -190,6 +190,32 @@ def setting_type(key: str) -> object | None:
     )
 
 
+def kind_of(value: str) -> type:
+    """The type of a RocketMQ setting that idemp only reports, read from its value."""
+    if value in ("true", "false"):
+        return bool
+    return int if _is_int(value) else str
+
+
+def as_java_field(kind: object, raw: str) -> str | None:
+    """``raw`` as RocketMQ's MixAll.properties2Object sets a field of that type: a
+    boolean is Boolean.parseBoolean's (anything but "true" is false), a number that does
+    not parse leaves the field as it was (None)."""
+    if kind is bool:
+        return "true" if raw.strip().lower() == "true" else "false"
+    if kind is int:
+        return raw.strip() if _is_int(raw.strip()) else None
+    return raw
+
+
+def _is_int(text: str) -> bool:
+    try:
+        int(text)
+    except ValueError:
+        return False
+    return True
+
+
 def apply_setting(cfg: BrokerConfig, key: str, raw: str) -> None:
     f = SYSTEM_PROPERTIES.get(key) or _FIELDS.get(key)
     if f is None:

@@ -20,7 +20,7 @@ from idemp.remoting import RemotingCommand, RequestCode, ResponseCode
 from idemp.remoting.codes import DEFAULT_TOPIC, Perm
 from idemp.remoting.javahash import hash_map_order
 
-from .config import read_properties
+from .config import as_java_field, kind_of, read_properties
 from .kvconfig import ORDER_TOPIC_CONFIG
 from .registration import RegisterBodyError, body_crc32, decode_register_body
 from .rocketmq_defaults import namesrv_settings
@@ -454,8 +454,10 @@ def update_config(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingC
     if "kvConfigPath" in props or "configStorePath" in props:
         return cmd.response(ResponseCode.NO_PERMISSION, "Can not update config path")
     known = _namesrv_settings(server)
-    for key, value in props.items():
-        if key in known:
-            server.namesrv.settings[key] = value
+    for key, given in props.items():
+        if key in known:  # as its typed field takes it; a number that does not parse: kept
+            value = as_java_field(kind_of(known[key]), given)
+            if value is not None:
+                server.namesrv.settings[key] = value
     server.namesrv.persist_settings(_namesrv_settings(server))
     return cmd.response(ResponseCode.SUCCESS)

@@ -473,7 +473,13 @@ def test_namesrv_config_as_rocketmq_reports_and_updates_it(broker: BrokerProcess
     reported changed and written to configStorePath, the paths refused."""
     with RawClient(broker.namesrv_addr) as ns:
         before = _props(ns.request(RequestCode.GET_NAMESRV_CONFIG).body)
-        body = b"serverWorkerThreads=16\nnoSuchKey=1\n"
+        # values as the typed fields take them: a number that does not parse keeps the
+        # old one, a boolean is parseBoolean's
+        body = (
+            b"serverWorkerThreads=16\nnoSuchKey=1\nserverSelectorThreads=3.5\n"
+            b"serverSocketBacklog=notanumber\nclusterTest=maybe\n"
+            b"serverPooledByteBufAllocatorEnable=TRUE\n"
+        )
         update = ns.request(RequestCode.UPDATE_NAMESRV_CONFIG, body=body)
         after = _props(ns.request(RequestCode.GET_NAMESRV_CONFIG).body)
         path = ns.request(RequestCode.UPDATE_NAMESRV_CONFIG, body=b"configStorePath=/tmp/x\n")
