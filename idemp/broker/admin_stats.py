@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from idemp.remoting import RemotingCommand, RequestCode, ResponseCode
 from idemp.remoting.codes import SCHEDULE_TOPIC
+from idemp.remoting.javahash import hash_map_order
 from idemp.remoting.jsonlenient import ObjectKeyMap, dumps, mq
 
 from .brokerstats import GROUP_GET_NUMS
@@ -277,7 +278,9 @@ def broker_consume_stats(server: Broker, conn: Peer, cmd: RemotingCommand) -> Re
     only_order = (cmd.ext_fields.get("isOrder") or "false").lower() == "true"
     per_group: list[dict[str, Any]] = []
     total_diff = 0
-    for group in store.groups.groups:
+    # in the order RocketMQ's subscription group table iterates its keys: a
+    # ConcurrentHashMap created for 1024 entries, so 2048 buckets
+    for group in hash_map_order(store.groups.groups, 2048):
         stats_list = []
         for topic in _topics_of_group(store, group):
             tcfg = store.topics.get(topic)

@@ -632,3 +632,35 @@ def test_add_write_perm_sets_read_write_until_the_topic_registers_again(
         assert (perm(ns, "TopicPermRO"), perm(ns, "TopicPermRW")) == (6, 6)
         assert c.create_topic("TopicPermRO", 2, perm=4).code == 0
         assert (perm(ns, "TopicPermRO"), perm(ns, "TopicPermRW")) == (4, 6)
+
+
+def test_broker_consume_stats_lists_groups_in_the_group_tables_order(
+    broker: BrokerProcess,
+) -> None:
+    """fetchAllConsumeStatsInBroker walks the subscription group table, a
+    ConcurrentHashMap(1024): mqadmin brokerConsumeStats prints its groups in that
+    order, not in the order they were created (seen on RocketMQ 4.9.7)."""
+    created = ["GP1", "GH", "Z1", "A1", "M1", "B2", "Q9"]
+    with RawClient(broker.broker_addr) as c:
+        for group in created:
+            assert c.create_group(group).code == 0
+        stats = _body(c.request(RequestCode.GET_BROKER_CONSUME_STATS, {"isOrder": "false"}))
+    listed = [name for entry in stats["consumeStatsList"] for name in entry]
+    # the broker's own groups among them, as on RocketMQ 4.9.7 (AdminGroup: the fixture's)
+    assert listed == [
+        "A1",
+        "B2",
+        "SELF_TEST_C_GROUP",
+        "GH",
+        "M1",
+        "CID_ONSAPI_OWNER",
+        "Q9",
+        "Z1",
+        "CID_ONSAPI_PERMISSION",
+        "GP1",
+        "TOOLS_CONSUMER",
+        "CID_ONS-HTTP-PROXY",
+        "FILTERSRV_CONSUMER",
+        "CID_ONSAPI_PULL",
+        "AdminGroup",
+    ]
