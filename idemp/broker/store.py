@@ -128,6 +128,9 @@ class MessageStore:
         self.appended = asyncio.Event()
         self.store_host = (config.brokerIP1, config.listenPort)
         self._key_index: dict[str, list[int]] | None = None
+        # IndexHeader.beginTimestamp: the store time of the first message indexed, from
+        # which RocketMQ's index keeps each entry's time in whole seconds
+        self._index_begin: int | None = None
         self._flush_waiters: list[tuple[int, asyncio.Future[None]]] = []
         self._flushing = False
         self.recovered_messages = 0
@@ -402,6 +405,8 @@ class MessageStore:
             keys.append(uniq)
         for key in keys:
             if key:
+                if self._index_begin is None:
+                    self._index_begin = msg.store_timestamp
                 self._key_index.setdefault(f"{msg.topic}#{key}", []).append(msg.commit_log_offset)
 
     def query_by_key(self, topic: str, key: str, max_num: int, begin: int, end: int) -> list[bytes]:
@@ -417,7 +422,7 @@ class MessageStore:
         # in store order: DefaultMessageStore.queryMessage sorts the offsets it found.
         for phy in reversed(self._key_index.get(f"{topic}#{key}", [])):
             msg = self.lookup(phy)
-            if msg is None or not begin <= msg.store_timestamp <= end:
+            if msg is None or not begin <= self._indexed_time(msg.store_timestamp) <= end:
                 continue
             record = self.read_record(phy)
             if record is not None:
@@ -426,6 +431,13 @@ class MessageStore:
                 break
         out.reverse()
         return out
+
+    def _indexed_time(self, stored_at: int) -> int:
+        """A message's time as IndexFile.selectPhyOffset compares it with the range:
+        the index's begin plus the whole seconds since (a range ending a moment after a
+        message can miss it, one starting a moment after it can find it)."""
+        begin = stored_at if self._index_begin is None else self._index_begin
+        return begin + (stored_at - begin) // 1000 * 1000
 
     def iter_messages(self, decompress: bool = False) -> Iterator[MessageExt]:
         """Every record in the log, in order (for the key index and exports)."""

@@ -1211,3 +1211,34 @@ def test_an_unregistration_creates_the_consumers_group(broker: BrokerProcess) ->
         groups = c.request(RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG)
         table = jsonlenient.loads(groups.body)["subscriptionGroupTable"]
     assert table["GLeftEarly"]["groupName"] == "GLeftEarly"
+
+
+def test_query_message_compares_times_in_whole_seconds_of_the_index(
+    broker: BrokerProcess,
+) -> None:
+    """IndexFile keeps each entry's time as whole seconds since the store time of the
+    first message it indexed, and selectPhyOffset compares the range with that: a
+    message stored a moment after the first reads as stored with it (seen on RocketMQ
+    4.9.7: a range ending just before it still finds it, one starting at it does not)."""
+    with RawClient(broker.broker_addr) as c:
+        assert c.send_message("TopicQT", b"a", {"KEYS": "kt", "UNIQ_KEY": "U-QT-A"}).code == 0
+        time.sleep(0.005)  # a later millisecond for the second, well within one second
+        assert c.send_message("TopicQT", b"b", {"KEYS": "kt", "UNIQ_KEY": "U-QT-B"}).code == 0
+        assert c.indexed("TopicQT", 0, 2) == 2
+        first, second = (m.store_timestamp for m in c.pull_messages("TopicQT"))
+        assert second > first
+
+        def query(begin: int, end: int) -> tuple[int, list[bytes]]:
+            ext = {"topic": "TopicQT", "key": "kt", "maxNum": 32}
+            r = c.request(
+                RequestCode.QUERY_MESSAGE, {**ext, "beginTimestamp": begin, "endTimestamp": end}
+            )
+            return r.code, [m.body for m in _msgs(r.body)]
+
+        read_as = first + (second - first) // 1000 * 1000  # the second's time in the index
+        found_before = [b"a", b"b"] if read_as < second else [b"a"]
+        assert query(first, second - 1) == (0, found_before)
+        if read_as < second:
+            assert query(second, second + 5000) == (ResponseCode.QUERY_NOT_FOUND, [])
+        else:  # the two a whole number of seconds apart: the index has the exact time
+            assert query(second, second + 5000) == (0, [b"b"])
