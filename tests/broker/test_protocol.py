@@ -1214,12 +1214,14 @@ def test_an_unregistration_creates_the_consumers_group(broker: BrokerProcess) ->
 
 
 def test_query_message_compares_times_in_whole_seconds_of_the_index(
-    broker: BrokerProcess,
+    make_broker: Callable[..., BrokerProcess],
 ) -> None:
     """IndexFile keeps each entry's time as whole seconds since the store time of the
     first message it indexed, and selectPhyOffset compares the range with that: a
     message stored a moment after the first reads as stored with it (seen on RocketMQ
-    4.9.7: a range ending just before it still finds it, one starting at it does not)."""
+    4.9.7: a range ending just before it still finds it, one starting at it does not).
+    A broker of its own: its first indexed message is the test's."""
+    broker = make_broker()
     with RawClient(broker.broker_addr) as c:
         assert c.send_message("TopicQT", b"a", {"KEYS": "kt", "UNIQ_KEY": "U-QT-A"}).code == 0
         time.sleep(0.005)  # a later millisecond for the second, well within one second
