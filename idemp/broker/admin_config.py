@@ -5,8 +5,8 @@ RocketMQ answers GET_BROKER_CONFIG with every setting as ``key=value`` lines and
 ``version`` header (a DataVersion); UPDATE_BROKER_CONFIG takes ``key=value`` lines and
 applies those it knows, dropping unknown keys and numbers that do not parse, reading a
 boolean as Java's parseBoolean does (it still answers SUCCESS; idemp logs what it
-ignored). idemp reports the settings it has and, for
-the rest of RocketMQ's, RocketMQ's defaults (``rocketmq_defaults``).
+ignored). idemp reports the settings it has and, for the rest of RocketMQ's, RocketMQ's
+defaults (``rocketmq_defaults``).
 """
 
 from __future__ import annotations

@@ -66,9 +66,7 @@ def unregister_client(server: Broker, conn: Peer, cmd: RemotingCommand) -> Remot
         # findSubscriptionGroupConfig (for its notify flag) creates the group if it may:
         # a consumer that leaves before its first heartbeat leaves its group behind
         server.store.groups.find_or_create(group)
-    changed = server.clients.unregister(
-        conn, cmd.ext_fields.get("consumerGroup"), cmd.ext_fields.get("producerGroup")
-    )
+    changed = server.clients.unregister(conn, group, cmd.ext_fields.get("producerGroup"))
     for group in changed:
         server.notify_consumer_ids_changed(group)
     return cmd.response(ResponseCode.SUCCESS)
