@@ -50,9 +50,9 @@ def _value(value: object) -> str:
     return str(value)
 
 
-def config_lines(cfg: BrokerConfig) -> str:
-    """Configuration.getAllConfigsFormatString: one ``key=value`` per line, RocketMQ's
-    whole set (what idemp does not model, at RocketMQ's defaults)."""
+def _reported(cfg: BrokerConfig) -> dict[str, str]:
+    """RocketMQ's whole set of settings: what idemp does not model at RocketMQ's
+    defaults, what it models as set, and the keys of the configuration file."""
     items = dict(rocketmq_defaults.STATIC)
     items.update(rocketmq_defaults.derived(cfg.listenPort, cfg.storePathRootDir, cfg.brokerIP1))
     modelled = (
@@ -62,8 +62,13 @@ def config_lines(cfg: BrokerConfig) -> str:
     )
     items.update((name, _value(getattr(cfg, name))) for name in modelled)
     items.update(cfg.unknown)
+    return items
+
+
+def config_lines(cfg: BrokerConfig) -> str:
+    """Configuration.getAllConfigsFormatString: one ``key=value`` per line."""
     # RocketMQ's keys in its broker's order (mqadmin prints them as on RocketMQ), then ours
-    ordered = sorted(items.items(), key=lambda kv: _BODY_RANK.get(kv[0], len(_BODY_RANK)))
+    ordered = sorted(_reported(cfg).items(), key=lambda kv: _BODY_RANK.get(kv[0], len(_BODY_RANK)))
     return "".join(f"{k}={v}\n" for k, v in ordered)
 
 
@@ -81,18 +86,11 @@ def _as_rocketmq_takes_it(cfg: BrokerConfig, key: str, raw: str) -> str | None:
     (mergeIfExist); a value as its typed field takes it (None: left as it was)."""
     kind = setting_type(key)
     if kind is None:
-        current = _current(cfg).get(key)
+        current = _reported(cfg).get(key)
         if current is None:
             return None
         kind = kind_of(current)
     return as_java_field(kind, raw)
-
-
-def _current(cfg: BrokerConfig) -> dict[str, str]:
-    items = dict(rocketmq_defaults.STATIC)
-    items.update(rocketmq_defaults.derived(cfg.listenPort, cfg.storePathRootDir, cfg.brokerIP1))
-    items.update(cfg.unknown)
-    return items
 
 
 def update_config(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingCommand:
