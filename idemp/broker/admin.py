@@ -15,6 +15,7 @@ from idemp.remoting.codes import (
 from .admin_maintenance import system_topic_names
 from .metadata import (
     MESSAGE_TYPE_ATTRIBUTE,
+    TOPIC_FILTER_TYPES,
     TopicConfig,
     group_from_json,
     parse_attributes,
@@ -121,6 +122,11 @@ def query_message(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingC
 
 def create_topic(server: Broker, conn: Peer, cmd: RemotingCommand) -> HandlerResult:
     assert server.store is not None
+    # CreateTopicRequestHeader.checkFields, before anything else is looked at
+    filter_type = cmd.ext_fields.get("topicFilterType")
+    if filter_type not in TOPIC_FILTER_TYPES:
+        text = "null" if filter_type is None else filter_type
+        return cmd.response(ResponseCode.SYSTEM_ERROR, f"topicFilterType = [{text}] value invalid")
     cmd.require("topic", "readQueueNums", "writeQueueNums", "perm")
     topic = cmd.ext_fields["topic"]
     err = topic_error(topic)
@@ -133,9 +139,8 @@ def create_topic(server: Broker, conn: Peer, cmd: RemotingCommand) -> HandlerRes
         return cmd.response(
             ResponseCode.SYSTEM_ERROR, f"The topic[{topic}] is conflict with system topic."
         )
+    # the counts as given, as RocketMQ sets them: writeQueueNums 0 drains a topic
     read, write = cmd.field_int("readQueueNums"), cmd.field_int("writeQueueNums")
-    if read <= 0 or write <= 0 or read > 1024 or write > 1024:
-        return cmd.response(ResponseCode.SYSTEM_ERROR, "queue numbers must be within 1..1024")
     try:
         attributes = parse_attributes(cmd.ext_fields.get("attributes") or "")
     except ValueError as exc:
@@ -150,7 +155,7 @@ def create_topic(server: Broker, conn: Peer, cmd: RemotingCommand) -> HandlerRes
             read,
             write,
             cmd.field_int("perm", Perm.READ | Perm.WRITE),
-            cmd.ext_fields.get("topicFilterType", "SINGLE_TAG"),
+            filter_type,
             cmd.field_int("topicSysFlag", 0),
             False,  # RocketMQ takes no order from the request: the nameserver's KV says
             attributes,

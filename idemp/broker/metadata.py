@@ -94,6 +94,9 @@ def grpc_group_error(group: str) -> str | None:
     return None
 
 
+TOPIC_FILTER_TYPES = ("SINGLE_TAG", "MULTI_TAG")  # RocketMQ's enum TopicFilterType
+
+
 @dataclass
 class TopicConfig:
     topicName: str

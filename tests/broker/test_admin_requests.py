@@ -606,6 +606,52 @@ def test_the_topic_list_comes_in_the_order_rocketmqs_nameserver_gives(
     ]  # fmt: skip
 
 
+def test_a_topic_takes_any_queue_counts_as_rocketmqs_does(broker: BrokerProcess) -> None:
+    """AdminBrokerProcessor.updateAndCreateTopic sets the counts it is given, unchecked:
+    writeQueueNums 0 (how a topic is drained before it is deleted: producers get no
+    queue, consumers read on) and 2000 are both taken. A send names a queue below
+    max(read, write), as msgCheck allows."""
+
+    def counts(ns: RawClient, topic: str) -> tuple[int, int]:
+        (data,) = _body(ns.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic}))[
+            "queueDatas"
+        ]
+        return int(data["readQueueNums"]), int(data["writeQueueNums"])
+
+    with RawClient(broker.broker_addr) as c, RawClient(broker.namesrv_addr) as ns:
+        assert c.create_topic("TopicDrained", 4).code == 0
+        drain = {
+            "topic": "TopicDrained",
+            "defaultTopic": "TBW102",
+            "readQueueNums": 4,
+            "writeQueueNums": 0,
+            "perm": 6,
+            "topicFilterType": "SINGLE_TAG",
+        }
+        assert c.request(RequestCode.UPDATE_AND_CREATE_TOPIC, drain).code == 0
+        assert counts(ns, "TopicDrained") == (4, 0)
+        assert c.send_message("TopicDrained", b"late", queue_id=3).code == 0
+        refused = c.send_message("TopicDrained", b"late", queue_id=4)
+        assert refused.code == ResponseCode.SYSTEM_ERROR
+        assert refused.remark.startswith("request queueId[4] is illegal")
+        assert c.create_topic("TopicWide", 2000).code == 0
+        assert counts(ns, "TopicWide") == (2000, 2000)
+
+
+def test_a_topic_needs_a_filter_type_rocketmq_knows(broker: BrokerProcess) -> None:
+    """CreateTopicRequestHeader.checkFields: topicFilterType must name a TopicFilterType
+    (mqadmin and the clients always send one); absent or unknown, nothing is created."""
+    with RawClient(broker.broker_addr) as c:
+        for given in (None, "BOGUS"):
+            ext = {"topic": "TopicNoFilter", "readQueueNums": 2, "writeQueueNums": 2, "perm": 6}
+            if given is not None:
+                ext["topicFilterType"] = given
+            refused = c.request(RequestCode.UPDATE_AND_CREATE_TOPIC, ext)
+            assert refused.code == ResponseCode.SYSTEM_ERROR
+            assert f"topicFilterType = [{given or 'null'}] value invalid" in (refused.remark or "")
+        assert c.request(RequestCode.GET_ALL_TOPIC_CONFIG, {}).body.count(b"TopicNoFilter") == 0
+
+
 def test_add_write_perm_sets_read_write_until_the_topic_registers_again(
     broker: BrokerProcess,
 ) -> None:
