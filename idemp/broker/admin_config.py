@@ -21,6 +21,7 @@ from idemp.remoting import RemotingCommand, RequestCode, ResponseCode
 
 from . import rocketmq_defaults
 from .config import (
+    ENUM_SETTINGS,
     ConfigError,
     apply_setting,
     as_java_field,
@@ -84,6 +85,9 @@ def get_config(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingComm
 def _as_rocketmq_takes_it(cfg: BrokerConfig, key: str, raw: str) -> str | None:
     """Configuration.update: a key none of its config objects has is dropped
     (mergeIfExist); a value as its typed field takes it (None: left as it was)."""
+    names = ENUM_SETTINGS.get(key)
+    if names is not None:  # a String setter calling Enum.valueOf, which throws on others
+        return raw if raw in names else None
     kind = setting_type(key)
     if kind is None:
         current = _reported(cfg).get(key)

@@ -178,6 +178,14 @@ def parse_delay_levels(text: str) -> list[int]:
     return levels
 
 
+# MessageStoreConfig's enum settings: their String setters call valueOf, so at run time
+# (updateBrokerConfig) a value that names none of these leaves the setting as it was
+ENUM_SETTINGS = {
+    "flushDiskType": ("SYNC_FLUSH", "ASYNC_FLUSH"),
+    "brokerRole": ("ASYNC_MASTER", "SYNC_MASTER", "SLAVE"),
+}
+
+
 def setting_type(key: str) -> object | None:
     """The type of a setting idemp models (int, bool or str), None for the others."""
     f = SYSTEM_PROPERTIES.get(key) or _FIELDS.get(key)

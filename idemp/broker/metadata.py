@@ -23,6 +23,7 @@ from idemp.remoting.codes import (
     SYSTEM_TOPICS,
     Perm,
 )
+from idemp.remoting.javafields import bool_field, int_field
 
 from .jsonfile import read_json, write_json
 
@@ -346,14 +347,25 @@ class GroupTable:
 
 
 def _group_from_json(name: str, raw: dict[str, Any]) -> SubscriptionGroupConfig:
-    fields = {k: raw[k] for k in SubscriptionGroupConfig.__dataclass_fields__ if k in raw}
-    fields["groupName"] = name
-    return SubscriptionGroupConfig(**fields)
+    """Each field as fastjson sets it (``"3"`` is 3, null the default, ``"x"`` for a
+    number refused): kept as given, a string would fail later at each message."""
+    fields: dict[str, Any] = {}
+    for key, f in SubscriptionGroupConfig.__dataclass_fields__.items():
+        if key == "groupName" or key not in raw:
+            continue
+        read = bool_field if f.type in ("bool", bool) else int_field
+        value = read(raw[key], key)
+        if value is not None:
+            fields[key] = value
+    return SubscriptionGroupConfig(name, **fields)
 
 
 def group_from_json(raw: dict[str, Any]) -> SubscriptionGroupConfig:
+    """A request's config. An empty name is taken, as RocketMQ takes it; none is not."""
     name = raw.get("groupName")
-    if not isinstance(name, str) or not name:
+    if isinstance(name, (int, float)) and not isinstance(name, bool):
+        name = str(name)  # fastjson writes a number into a String field as its text
+    if not isinstance(name, str):
         raise ValueError("subscription group config has no groupName")
     return _group_from_json(name, raw)
 
