@@ -244,13 +244,22 @@ class TopicTable:
         self.changed()
         return cfg
 
-    def create_in_send(self, topic: str, default_topic: str, queue_nums: int) -> TopicConfig | None:
-        """Auto-create ``topic`` from ``default_topic`` (TBW102) as RocketMQ does."""
+    def create_in_send(
+        self, topic: str, default_topic: str, queue_nums: int, *, auto_create: bool
+    ) -> TopicConfig | None:
+        """Auto-create ``topic`` from ``default_topic`` as RocketMQ's
+        createTopicInSendMessageMethod does: with autoCreateTopicEnable off, a send that
+        names TBW102 takes its inherit bit away for good (in place, saved with the next
+        change), so turning auto-creation on again at run time does not bring it back."""
         existing = self.topics.get(topic)
         if existing:
             return existing
         base = self.topics.get(default_topic)
-        if base is None or not base.perm & Perm.INHERIT:
+        if base is None:
+            return None
+        if default_topic == DEFAULT_TOPIC and not auto_create:
+            base.perm = Perm.READ | Perm.WRITE
+        if not base.perm & Perm.INHERIT:
             return None
         n = max(1, min(queue_nums, base.writeQueueNums))
         return self.put(TopicConfig(topic, n, n, base.perm & ~Perm.INHERIT, base.topicFilterType))

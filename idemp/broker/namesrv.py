@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from idemp.remoting import RemotingCommand, RequestCode, ResponseCode
-from idemp.remoting.codes import DEFAULT_TOPIC, Perm
+from idemp.remoting.codes import Perm
 from idemp.remoting.javahash import hash_map_order
 
 from .config import as_java_field, kind_of, read_properties
@@ -108,8 +108,6 @@ def route_info(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingComm
     tcfg = None
     if server.store is not None and _routed(server, topic):
         tcfg = server.store.topics.get(topic)
-    if topic == DEFAULT_TOPIC and not server.config.autoCreateTopicEnable:
-        tcfg = None
     if tcfg is not None:
         broker_datas.append(_broker_data(server))
         queue_datas.append(

@@ -124,10 +124,12 @@ def _msg_check(
     if tcfg is None:
         # from the default topic first, a retry topic included (with TBW102's queues, as
         # the producer's route for it had them); a retry topic's own single queue after
-        if server.config.autoCreateTopicEnable:
-            tcfg = store.topics.create_in_send(
-                topic, cmd.ext_fields["defaultTopic"], cmd.field_int("defaultTopicQueueNums")
-            )
+        tcfg = store.topics.create_in_send(
+            topic,
+            cmd.ext_fields["defaultTopic"],
+            cmd.field_int("defaultTopicQueueNums"),
+            auto_create=server.config.autoCreateTopicEnable,
+        )
         if tcfg is None and topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
             tcfg = store.topics.create_system(topic, 1, Perm.READ | Perm.WRITE)
         if tcfg is None:
