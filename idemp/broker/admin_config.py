@@ -5,8 +5,9 @@ RocketMQ answers GET_BROKER_CONFIG with every setting as ``key=value`` lines and
 ``version`` header (a DataVersion); UPDATE_BROKER_CONFIG takes ``key=value`` lines and
 applies those it knows, dropping unknown keys and numbers that do not parse, reading a
 boolean as Java's parseBoolean does (it still answers SUCCESS; idemp logs what it
-ignored). idemp reports the settings it has and, for the rest of RocketMQ's, RocketMQ's
-defaults (``rocketmq_defaults``).
+ignored), and rewrites the broker's configuration file with the result. idemp
+reports the settings it has and, for the rest of RocketMQ's, RocketMQ's defaults
+(``rocketmq_defaults``).
 """
 
 from __future__ import annotations
@@ -14,7 +15,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import os
 import time
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from idemp.remoting import RemotingCommand, RequestCode, ResponseCode
@@ -22,6 +25,7 @@ from idemp.remoting import RemotingCommand, RequestCode, ResponseCode
 from . import rocketmq_defaults
 from .config import (
     ENUM_SETTINGS,
+    NOT_KEYS,
     ConfigError,
     apply_setting,
     as_java_field,
@@ -59,11 +63,21 @@ def _reported(cfg: BrokerConfig) -> dict[str, str]:
     modelled = (
         f.name
         for f in dataclasses.fields(cfg)
-        if f.name != "unknown" and "system_property" not in f.metadata
+        if f.name not in NOT_KEYS and "system_property" not in f.metadata
     )
     items.update((name, _value(getattr(cfg, name))) for name in modelled)
     items.update(cfg.unknown)
     return items
+
+
+def unheeded(cfg: BrokerConfig) -> list[str]:
+    """The configuration file's keys idemp does not act on: RocketMQ's broker has none
+    of that name, or it is one of RocketMQ's settings idemp only reports, set to other
+    than RocketMQ's default. (A file updateBrokerConfig rewrote lists every setting,
+    most at their defaults: those need no word.)"""
+    defaults = dict(rocketmq_defaults.STATIC)
+    defaults.update(rocketmq_defaults.derived(cfg.listenPort, cfg.storePathRootDir, cfg.brokerIP1))
+    return [key for key, value in cfg.unknown.items() if defaults.get(key) != value]
 
 
 def config_lines(cfg: BrokerConfig) -> str:
@@ -114,4 +128,23 @@ def update_config(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingC
         server.config_version += 1
         if server.store is not None:  # a new diskSpaceWarningLevelRatio applies at once
             server.store.disk.check()
+        persist(server.config)
     return cmd.response(ResponseCode.SUCCESS)
+
+
+def persist(cfg: BrokerConfig) -> None:
+    """Configuration.persist: the file given with ``-c`` is rewritten with every setting
+    (getBrokerConfig's lines), the one before kept as ``.bak``, so an update outlives a
+    restart as on RocketMQ. A file that cannot be written (mounted read-only, say) keeps
+    the new values until the restart, with a warning, as RocketMQ logs its failure."""
+    if cfg.config_file is None:
+        return
+    path = Path(cfg.config_file)
+    try:
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(config_lines(cfg), encoding="utf-8")
+        if path.exists():
+            path.with_name(path.name + ".bak").write_bytes(path.read_bytes())
+        os.replace(tmp, path)
+    except OSError as exc:
+        log.warning("updateBrokerConfig: cannot rewrite %s (%s): until a restart only", path, exc)

@@ -120,6 +120,8 @@ class BrokerConfig:
         return self.grpcServerPort
 
     unknown: dict[str, str] = field(default_factory=dict)
+    # the file it was read from (``-c``), which updateBrokerConfig rewrites; not a key
+    config_file: str | None = None
 
     # --- derived values ---------------------------------------------------------
     @property
@@ -159,7 +161,8 @@ class BrokerConfig:
         return cfg
 
 
-_FIELDS = {f.name: f for f in dataclasses.fields(BrokerConfig) if f.name != "unknown"}
+NOT_KEYS = ("unknown", "config_file")
+_FIELDS = {f.name: f for f in dataclasses.fields(BrokerConfig) if f.name not in NOT_KEYS}
 # fields RocketMQ reads as system properties, by the property's name
 SYSTEM_PROPERTIES = {
     f.metadata["system_property"]: f for f in _FIELDS.values() if "system_property" in f.metadata
@@ -280,6 +283,7 @@ def load_config(path: str | Path | None, overrides: dict[str, str] | None = None
         values.update(read_properties(text))
     values.update(overrides or {})
     cfg = cfg.with_overrides(values)
+    cfg.config_file = None if path is None else str(path)
     validate(cfg)
     return cfg
 

@@ -10,6 +10,7 @@ import sys
 from collections.abc import Callable, Coroutine
 from typing import Any
 
+from .admin_config import unheeded
 from .config import BrokerConfig, ConfigError, load_config
 from .process import arm_from_environment
 from .server import BrokerServer
@@ -100,8 +101,8 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         print(f"idemp broker: {exc}", file=sys.stderr)
         return 2
-    for key in config.unknown:
-        log.warning("broker.conf: unknown key %r ignored", key)
+    for key in unheeded(config):
+        log.warning("broker.conf: %s=%s is not acted on by idemp", key, config.unknown[key])
     return run_loop(_serve(config))
 
 

@@ -85,9 +85,12 @@ class BrokerProcess:
         properties: dict[str, str] | None = None,
         log_path: str | Path | None = None,
         start_timeout: float = 30.0,
+        config_file: str | Path | None = None,
     ) -> None:
+        """``config_file``: a broker.conf given with ``-c`` (``properties`` override it)."""
         self.store = Path(store)
         self.properties = dict(properties or {})
+        self.config_file = None if config_file is None else Path(config_file)
         self.log_path = (
             Path(log_path) if log_path else self.store.parent / (self.store.name + ".log")
         )
@@ -117,6 +120,8 @@ class BrokerProcess:
         if self.grpc_port:
             props["grpcServerPort"] = str(self.grpc_port)
         cmd = [sys.executable, "-m", "idemp", "broker", "--log-level", "INFO"]
+        if self.config_file is not None:
+            cmd += ["-c", str(self.config_file)]
         for key, value in props.items():
             cmd += ["-p", f"{key}={value}"]
         fields = self._spawn(cmd, READY_PREFIX, "broker")
