@@ -109,9 +109,11 @@ def query_message(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingC
         cmd.field_int("beginTimestamp"),
         cmd.field_int("endTimestamp"),
     )
+    # DefaultMessageStore.queryMessage: the index's end when something was found
+    end_timestamp, end_offset = server.store.index_end if records else (0, 0)
     ext = {
-        "indexLastUpdateTimestamp": "0",
-        "indexLastUpdatePhyoffset": str(server.store.commitlog.end),
+        "indexLastUpdateTimestamp": str(end_timestamp),
+        "indexLastUpdatePhyoffset": str(end_offset),
     }
     if not records:
         return cmd.response(

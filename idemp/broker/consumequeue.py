@@ -7,7 +7,6 @@ as in RocketMQ.
 
 from __future__ import annotations
 
-import bisect
 from array import array
 
 
@@ -41,17 +40,25 @@ class ConsumeQueue:
         return self.store_ts[offset]
 
     def offset_by_time(self, timestamp: int) -> int:
-        """SEARCH_OFFSET_BY_TIMESTAMP: the entry stored at ``timestamp``, else the one
-        nearest in time (the earlier one on a tie); past the end, the last entry."""
-        n = len(self.store_ts)
-        if n == 0:
-            return 0
-        i = bisect.bisect_left(self.store_ts, timestamp)
-        if i < n and self.store_ts[i] == timestamp:
-            return i
-        if i == 0:
-            return 0
-        if i >= n:
-            return n - 1
-        before, after = self.store_ts[i - 1], self.store_ts[i]
-        return i if after - timestamp < timestamp - before else i - 1
+        """SEARCH_OFFSET_BY_TIMESTAMP by ConsumeQueue.getOffsetInQueueByTime's binary
+        search: the first entry it meets stored at ``timestamp`` (of a batch's, which share
+        one, not necessarily the first), else the one nearest in time (the earlier on a
+        tie); before the first, the first; past the end, the last."""
+        ts = self.store_ts
+        low, high = 0, len(ts) - 1
+        left = right = -1
+        left_ts: int | None = None
+        right_ts: int | None = None
+        while high >= low:
+            mid = (low + high) // 2
+            if ts[mid] == timestamp:
+                return mid
+            if ts[mid] > timestamp:
+                high, right, right_ts = mid - 1, mid, ts[mid]
+            else:
+                low, left, left_ts = mid + 1, mid, ts[mid]
+        if left_ts is None:
+            return max(right, 0)
+        if right_ts is None:
+            return left
+        return right if timestamp - left_ts > right_ts - timestamp else left

@@ -4,6 +4,7 @@ CONSUMER_SEND_MSG_BACK (36), following RocketMQ's SendMessageProcessor."""
 from __future__ import annotations
 
 import random
+import time
 from typing import TYPE_CHECKING
 
 from idemp.remoting import MessageExt, RemotingCommand, RequestCode, ResponseCode
@@ -333,6 +334,7 @@ def _send_batch(
     # CommitLog.MessageExtBatchEncoder: each entry's own text, a separator unless it ends
     # in one, then the batch's properties (WAIT included): not re-encoded from a map
     outer_text = encode_stored_properties(outer)
+    stamped = int(time.time() * 1000)  # CommitLog.putMessages: one store time for the batch
     for e in entries:
         inner_text = e.properties_text or ""
         sep = (
@@ -349,7 +351,12 @@ def _send_batch(
             born_host=base.born_host,
         )
         try:
-            result = store.put(msg, keep_wait=True, properties_text=inner_text + sep + outer_text)
+            result = store.put(
+                msg,
+                keep_wait=True,
+                properties_text=inner_text + sep + outer_text,
+                store_timestamp=stamped,
+            )
         except MessageFormatError:
             return illegal(server, request)
         if first_offset < 0:

@@ -131,6 +131,9 @@ class MessageStore:
         # IndexHeader.beginTimestamp: the store time of the first message indexed, from
         # which RocketMQ's index keeps each entry's time in whole seconds
         self._index_begin: int | None = None
+        # the last message indexed: its store time and commit log offset (IndexHeader's
+        # endTimestamp and endPhyOffset, which QUERY_MESSAGE answers with)
+        self.index_end = (0, 0)
         self._flush_waiters: list[tuple[int, asyncio.Future[None]]] = []
         self._flushing = False
         self.recovered_messages = 0
@@ -218,11 +221,14 @@ class MessageStore:
         keep_wait: bool = False,
         apply_delay: bool = True,
         properties_text: str | None = None,
+        store_timestamp: int | None = None,
     ) -> PutResult:
         """Store ``msg`` (body already in its on-wire form). Delay levels are applied
         here, as RocketMQ's CommitLog does, for plain and committed messages.
         ``properties_text``: the record's properties as written, when RocketMQ stores
-        them verbatim rather than from ``msg.properties`` (a batch's entries)."""
+        them verbatim rather than from ``msg.properties`` (a batch's entries);
+        ``store_timestamp``: a batch's, one for all its messages as RocketMQ's
+        putMessages stamps them (None: now)."""
         tran = msg.sys_flag & MessageSysFlag.TRANSACTION_MASK
         delay = msg.properties.get(Prop.DELAY)
         if (
@@ -260,7 +266,9 @@ class MessageStore:
         cq = self.queue(msg.topic, msg.queue_id) if is_dispatched(msg.sys_flag) else None
         msg.queue_offset = cq.max_offset if cq is not None else 0
         msg.commit_log_offset = self.commitlog.end
-        msg.store_timestamp = int(time.time() * 1000)
+        msg.store_timestamp = (
+            int(time.time() * 1000) if store_timestamp is None else store_timestamp
+        )
         msg.store_host = self.store_host
         record = encode_message(msg, properties_text=properties_text)
         self.commitlog.append(record)
@@ -407,6 +415,7 @@ class MessageStore:
             if key:
                 if self._index_begin is None:
                     self._index_begin = msg.store_timestamp
+                self.index_end = (msg.store_timestamp, msg.commit_log_offset)
                 self._key_index.setdefault(f"{msg.topic}#{key}", []).append(msg.commit_log_offset)
 
     def query_by_key(self, topic: str, key: str, max_num: int, begin: int, end: int) -> list[bytes]:

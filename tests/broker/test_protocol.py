@@ -270,6 +270,31 @@ def test_search_offset_by_timestamp(broker: BrokerProcess) -> None:
         assert search(t1, topic="NoSuchTopic") == 0
 
 
+def test_a_batch_shares_one_store_time_and_a_search_meets_it_midway(
+    broker: BrokerProcess,
+) -> None:
+    """CommitLog.putMessages stamps a batch once; ConsumeQueue.getOffsetInQueueByTime's
+    binary search returns the first entry it meets at the time searched for, here the
+    middle one of ten (seen on RocketMQ 4.9.7: 4), not the first."""
+    with RawClient(broker.broker_addr) as c:
+        assert c.create_topic("TopicBatchTs", 1).code == 0
+        entries = [(f"s{i}".encode(), {"UNIQ_KEY": f"U-S-{i}"}) for i in range(10)]
+        ext = _v2_ext("TopicBatchTs", 0, {}, m="true")
+        assert c.request(RequestCode.SEND_BATCH_MESSAGE, ext, batch_body(entries)).code == 0
+        assert c.indexed("TopicBatchTs", 0, 10) == 10
+        stamps = {m.store_timestamp for m in c.pull_messages("TopicBatchTs")}
+        assert len(stamps) == 1
+        (t,) = stamps
+
+        def search(ts: int) -> int:
+            fields = {"topic": "TopicBatchTs", "queueId": 0, "timestamp": ts}
+            r = c.request(RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, fields)
+            assert r.code == 0
+            return int(r.ext_fields["offset"])
+
+        assert [search(t - 1), search(t), search(t + 1)] == [0, 4, 9]
+
+
 def test_view_message_by_id(broker: BrokerProcess) -> None:
     with RawClient(broker.broker_addr) as c:
         r0 = c.send_message("TopicView", b"first", {"KEYS": "kv", "UNIQ_KEY": "U-V-0"})
@@ -292,7 +317,10 @@ def test_query_message_by_key_and_unique_key(broker: BrokerProcess) -> None:
         c.send_message("TopicQ", b"q0", {"KEYS": "order-1", "UNIQ_KEY": "U-Q-0"})
         c.send_message("TopicQ", b"q1", {"KEYS": "order-2 order-1", "UNIQ_KEY": "U-Q-1"})
         c.send_message("TopicQ", b"q2", {"KEYS": "order-2", "UNIQ_KEY": "U-Q-2"})
-        c.send_message("OtherTopicQ", b"o0", {"KEYS": "order-1", "UNIQ_KEY": "U-Q-3"})
+        last = c.send_message("OtherTopicQ", b"o0", {"KEYS": "order-1", "UNIQ_KEY": "U-Q-3"})
+        c.send_message("TopicQ", b"no keys")  # not indexed: the index ends before it
+        _, last_phy = parse_offset_msg_id(last.ext_fields["msgId"])
+        (last_msg,) = _msgs(c.request(RequestCode.VIEW_MESSAGE_BY_ID, {"offset": last_phy}).body)
 
         def query(key: str, topic: str = "TopicQ", **extra: object) -> tuple[int, list[bytes]]:
             ext = {
@@ -332,6 +360,18 @@ def test_query_message_by_key_and_unique_key(broker: BrokerProcess) -> None:
         )
         # a time range that excludes the messages finds nothing either
         assert query("order-1", beginTimestamp=0, endTimestamp=1)[0] == 22
+        # IndexService.queryOffset: the index's end, the last message it indexed, when
+        # something was found (0 when not)
+        assert r.ext_fields == {"indexLastUpdateTimestamp": "0", "indexLastUpdatePhyoffset": "0"}
+        found = c.request(
+            RequestCode.QUERY_MESSAGE,
+            {"topic": "TopicQ", "key": "order-2", "maxNum": 32, "beginTimestamp": 0,
+             "endTimestamp": 2**62},
+        )  # fmt: skip
+        assert found.ext_fields == {
+            "indexLastUpdateTimestamp": str(last_msg.store_timestamp),
+            "indexLastUpdatePhyoffset": str(last_phy),
+        }
 
 
 # --------------------------------------------------------------------------------------
