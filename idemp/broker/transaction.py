@@ -4,6 +4,12 @@ A half message lives in RMQ_SYS_TRANS_HALF_TOPIC; commit re-stores it under its 
 topic, and both commit and rollback write an op message (tag "d", body = the half's
 queue offset) to RMQ_SYS_TRANS_OP_HALF_TOPIC. Pending halves are therefore "half
 offsets without an op", which is rebuilt from the log at start.
+
+Each check round puts a half it asks about back into the half topic with its check count
+(TRANSACTION_CHECK_TIMES) and asks about that copy, as RocketMQ's
+TransactionalMessageServiceImpl does: the producer's answer names the copy, and a commit
+then carries the count. The half it replaced gets an op here (RocketMQ moves its own
+consume offset past it instead), so a restart does not ask about both.
 """
 
 from __future__ import annotations
@@ -31,7 +37,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("idemp.broker.transaction")
 REMOVE_TAG = "d"
-STATE_FILE = "transactionCheck.json"
 # EndTransactionProcessor.sendFinalMessage's remark when the store refuses the commit
 STORE_REFUSED = "Service not available now."
 # AdminBrokerProcessor.resumeCheckHalfMessage's remarks
@@ -102,25 +107,30 @@ def resume_check_half_message(server: Broker, conn: Peer, cmd: RemotingCommand) 
     return cmd.response(ResponseCode.SUCCESS)
 
 
-def _put_copy(server: Broker, msg: MessageExt, topic: str, *, check_times: int) -> None:
-    """A half's copy in another transaction topic (queue 0) with its check count, as
-    RocketMQ's toMessageExtBrokerInner builds one to give up on a half or to resume it."""
+def _put_copy(server: Broker, msg: MessageExt, topic: str, *, check_times: int) -> MessageExt:
+    """A half's copy in a transaction topic (queue 0) with its check count, as RocketMQ
+    builds one to give up on a half, to resume it or to ask about it again; as stored."""
     store = server.store
     assert store is not None
-    store.put(
-        MessageExt(
-            topic=topic,
-            queue_id=0,
-            body=msg.body,
-            flag=msg.flag,
-            properties={**msg.properties, Prop.TRANSACTION_CHECK_TIMES: str(check_times)},
-            sys_flag=msg.sys_flag,
-            born_timestamp=msg.born_timestamp,
-            born_host=msg.born_host,
-            reconsume_times=msg.reconsume_times,
-        ),
-        keep_wait=True,
+    copy = MessageExt(
+        topic=topic,
+        queue_id=0,
+        body=msg.body,
+        flag=msg.flag,
+        properties={**msg.properties, Prop.TRANSACTION_CHECK_TIMES: str(check_times)},
+        sys_flag=msg.sys_flag,
+        born_timestamp=msg.born_timestamp,
+        born_host=msg.born_host,
+        reconsume_times=msg.reconsume_times,
     )
+    store.put(copy, keep_wait=True)
+    return copy
+
+
+def _check_times(half: MessageExt) -> int:
+    """How often the half was asked about: its TRANSACTION_CHECK_TIMES (none yet: 0)."""
+    raw = half.properties.get(Prop.TRANSACTION_CHECK_TIMES, "")
+    return int(raw) if raw.isdigit() else 0
 
 
 class TransactionCheckService:
@@ -142,10 +152,10 @@ class TransactionCheckService:
                         self.pending.pop(int(msg.body.decode()), None)
                     except ValueError:
                         pass
-        raw = store.load_state(STATE_FILE).get("checkTimes") or {}
-        self.check_times: dict[int, int] = {}
-        if isinstance(raw, dict):
-            self.check_times = {int(k): int(v) for k, v in raw.items() if int(k) in self.pending}
+        # what check rounds put back: each earlier queue offset of a half -> its live
+        # copy's (a producer may answer about any of them), and the other way round
+        self.superseded: dict[int, int] = {}
+        self._replaced: dict[int, list[int]] = {}
         store.listeners.append(self._arrived)
         # Other ways to reach a producer of the half's group (RocketMQ 5 clients are asked
         # over their Telemetry stream): each gets the half as checked and its transaction
@@ -169,7 +179,8 @@ class TransactionCheckService:
             return "The producer group wrong"
         if half.queue_offset != queue_offset:
             return "The transaction state table offset wrong"
-        if queue_offset not in self.pending:
+        live = self.superseded.get(queue_offset, queue_offset)  # an answer to an older ask
+        if live not in self.pending:
             return None  # already resolved: never store a committed message twice
         if commit and store.disk.full:  # the half stays pending: checked back later
             return STORE_REFUSED
@@ -187,7 +198,7 @@ class TransactionCheckService:
                 prepared_transaction_offset=phy,
             )
             store.put(real, keep_wait=True)
-        self._write_op(queue_offset)
+        self._write_op(live)
         return None
 
     def _write_op(self, queue_offset: int) -> None:
@@ -206,15 +217,8 @@ class TransactionCheckService:
             )
         )
         self.pending.pop(queue_offset, None)
-        if self.check_times.pop(queue_offset, None) is not None:
-            self._save()
-
-    def _save(self) -> None:
-        store = self.server.store
-        assert store is not None
-        store.save_state(
-            STATE_FILE, {"checkTimes": {str(k): v for k, v in self.check_times.items()}}
-        )
+        for earlier in self._replaced.pop(queue_offset, ()):
+            self.superseded.pop(earlier, None)
 
     def check_once(self, now_ms: int) -> int:
         """Send CHECK_TRANSACTION_STATE for every half old enough; return how many."""
@@ -222,8 +226,8 @@ class TransactionCheckService:
         assert store is not None
         cfg = self.server.config
         sent = 0
-        changed = False
-        for qoff, phy in sorted(self.pending.items()):
+        # a snapshot: the copies this round puts back are asked about from the next one
+        for _, phy in sorted(self.pending.items()):
             half = store.lookup(phy)
             if half is None:
                 continue
@@ -233,18 +237,24 @@ class TransactionCheckService:
                 immunity = int(raw_immunity) * 1000
             if now_ms - half.born_timestamp < immunity:
                 continue
-            times = self.check_times.get(qoff, 0)
+            times = _check_times(half)
             if times >= cfg.transactionCheckMax:
                 self._discard(half, times)
-                changed = True
                 continue
-            self.check_times[qoff] = times + 1
-            changed = True
-            self._send_check(half, times + 1)
+            self._send_check(half, self._put_back(half, times + 1))
             sent += 1
-        if changed:
-            self._save()
         return sent
+
+    def _put_back(self, half: MessageExt, times: int) -> MessageExt:
+        """TransactionalMessageBridge.renewHalfMessageInner: the half again, at the end of
+        the half topic, with its new check count; the one it replaces is done."""
+        copy = _put_copy(self.server, half, TRANS_HALF_TOPIC, check_times=times)  # pending now
+        earlier = [*self._replaced.pop(half.queue_offset, ()), half.queue_offset]
+        for offset in earlier:
+            self.superseded[offset] = copy.queue_offset
+        self._replaced[copy.queue_offset] = earlier
+        self._write_op(half.queue_offset)
+        return copy
 
     def _discard(self, half: MessageExt, times: int) -> None:
         store = self.server.store
@@ -260,7 +270,10 @@ class TransactionCheckService:
         _put_copy(self.server, half, TRANS_CHECK_MAX_TIME_TOPIC, check_times=times)
         self._write_op(half.queue_offset)
 
-    def _send_check(self, half: MessageExt, times: int) -> None:
+    def _send_check(self, half: MessageExt, copy: MessageExt) -> None:
+        """AbstractTransactionalMessageCheckListener.sendCheckMessage: the half as read,
+        under its real topic, at the copy's offsets; its properties are the copy's, with
+        WAIT false (renewHalfMessageInner shares the map it sets that in)."""
         group = half.properties.get(Prop.PGROUP, "")
         store = self.server.store
         assert store is not None
@@ -269,9 +282,9 @@ class TransactionCheckService:
             queue_id=int(half.properties.get(Prop.REAL_QID, "0") or 0),
             body=half.body,
             flag=half.flag,
-            properties={**half.properties, Prop.TRANSACTION_CHECK_TIMES: str(times)},
-            queue_offset=half.queue_offset,
-            commit_log_offset=half.commit_log_offset,
+            properties={**copy.properties, Prop.WAIT: "false"},
+            queue_offset=copy.queue_offset,
+            commit_log_offset=copy.commit_log_offset,
             sys_flag=half.sys_flag,
             born_timestamp=half.born_timestamp,
             born_host=half.born_host,
@@ -288,11 +301,11 @@ class TransactionCheckService:
         channel.channel.send_request_oneway(
             RequestCode.CHECK_TRANSACTION_STATE,
             {
-                "commitLogOffset": str(half.commit_log_offset),
-                "tranStateTableOffset": str(half.queue_offset),
+                "commitLogOffset": str(copy.commit_log_offset),
+                "tranStateTableOffset": str(copy.queue_offset),
                 "msgId": uniq,
                 "transactionId": uniq,
-                "offsetMsgId": offset_msg_id(store.store_host, half.commit_log_offset),
+                "offsetMsgId": offset_msg_id(store.store_host, copy.commit_log_offset),
             },
             encode_message(view),
         )

@@ -472,8 +472,11 @@ def test_a_half_given_up_is_resumed_checked_again_and_committed(
             raw.request(RequestCode.RESUME_CHECK_HALF_MESSAGE, {"msgId": msg_id})
             for msg_id in ("ABC", offset_msg_id(given_up.store_host, given_up.commit_log_offset))
         ]
-        resumed_halves = raw.max_offset("RMQ_SYS_TRANS_HALF_TOPIC") - halves
         check = producer.wait_pushed(lambda c: c.code == RequestCode.CHECK_TRANSACTION_STATE, 10.0)
+        # the copy put back, then (each check round puts the half back again) the copy
+        # that was asked about
+        assert raw.indexed("RMQ_SYS_TRANS_HALF_TOPIC", 0, halves + 2) >= halves + 2
+        resumed, *_ = raw.pull_messages("RMQ_SYS_TRANS_HALF_TOPIC", 0, halves)
         (asked,) = decode_messages(check.body)
         end = producer.request(
             RequestCode.END_TRANSACTION,
@@ -510,12 +513,72 @@ def test_a_half_given_up_is_resumed_checked_again_and_committed(
         ),
         (ResponseCode.SUCCESS, None),
     ]
-    assert resumed_halves == 1
+    assert (resumed.properties["UNIQ_KEY"], resumed.body) == (uniq, b"half")
+    assert resumed.properties["TRANSACTION_CHECK_TIMES"] == "0"
     assert (asked.topic, asked.body, asked.properties["KEYS"]) == (topic, b"half", "K-RESUME")
     assert asked.properties["TRANSACTION_CHECK_TIMES"] == "1"  # counted from 0 again
     assert check.ext_fields["msgId"] == given_up.properties["UNIQ_KEY"] == uniq
     assert (end.code, end.remark) == (ResponseCode.SUCCESS, None)
     assert delivered == [b"plain", b"half"]
+
+
+def test_each_check_asks_about_a_copy_put_back_with_its_count_and_a_commit_keeps_it(
+    make_broker: Callable[..., BrokerProcess],
+) -> None:
+    """TransactionalMessageServiceImpl.check puts each half it asks about back into the
+    half topic with TRANSACTION_CHECK_TIMES raised and asks about that copy (its offsets;
+    WAIT false in what is sent); the producer's commit names the copy, so the committed
+    message carries the count. An answer to the first ask, given after the second, commits
+    it. Seen with the C++ client on RocketMQ 4.9.7."""
+    topic, group = "TopicCheckCopy", "PG_COPY"
+    broker = make_broker(transactionCheckInterval=300, transactionTimeOut=0)
+    with RawClient(broker.broker_addr) as raw, RawClient(broker.broker_addr) as producer:
+        assert raw.create_topic(topic, 1).code == 0
+        assert producer.heartbeat("127.0.0.1@copy", producer_groups=[group]).code == 0
+        uniq = "7F00000100002A9F00000000000000C1"
+        props = {"TRAN_MSG": "true", "PGROUP": group, "KEYS": "K-COPY", "UNIQ_KEY": uniq}
+        half = raw.send_message(topic, b"asked twice", props, group=group, sys_flag=4)
+        assert half.code == 0
+        _, half_phy = parse_offset_msg_id(half.ext_fields["msgId"])
+
+        def asked() -> Any:
+            return producer.wait_pushed(
+                lambda c: c.code == RequestCode.CHECK_TRANSACTION_STATE, 10.0
+            )
+
+        first, second = asked(), asked()
+        assert raw.indexed("RMQ_SYS_TRANS_HALF_TOPIC", 0, 3) >= 3
+        stored = raw.pull_messages("RMQ_SYS_TRANS_HALF_TOPIC", 0, 0)
+        end = producer.request(
+            RequestCode.END_TRANSACTION,
+            {
+                "producerGroup": group,
+                "tranStateTableOffset": first.ext_fields["tranStateTableOffset"],
+                "commitLogOffset": first.ext_fields["commitLogOffset"],
+                "commitOrRollback": 8,
+                "msgId": uniq,
+                "fromTransactionCheck": "true",
+            },
+        )
+        assert end.code == ResponseCode.SUCCESS
+        assert raw.indexed(topic, 0, 1) == 1
+        delivered = raw.pull_messages(topic)
+    copies = [m for m in stored if m.properties.get("UNIQ_KEY") == uniq]
+    assert [m.properties.get("TRANSACTION_CHECK_TIMES") for m in copies[:3]] == [None, "1", "2"]
+    assert copies[0].commit_log_offset == half_phy
+    for check, copy in zip((first, second), copies[1:3]):
+        (message,) = decode_messages(check.body)
+        assert check.ext_fields["tranStateTableOffset"] == str(copy.queue_offset)
+        assert check.ext_fields["commitLogOffset"] == str(copy.commit_log_offset)
+        assert (message.topic, message.queue_offset) == (topic, copy.queue_offset)
+        assert message.properties["WAIT"] == "false"
+        assert (
+            message.properties["TRANSACTION_CHECK_TIMES"]
+            == copy.properties["TRANSACTION_CHECK_TIMES"]
+        )
+    (committed,) = delivered
+    assert committed.body == b"asked twice"
+    assert committed.properties["TRANSACTION_CHECK_TIMES"] == "1"
 
 
 @pytest.mark.idemp_only
