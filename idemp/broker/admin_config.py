@@ -12,6 +12,7 @@ reports the settings it has and, for the rest of RocketMQ's, RocketMQ's defaults
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
@@ -140,11 +141,13 @@ def persist(cfg: BrokerConfig) -> None:
     if cfg.config_file is None:
         return
     path = Path(cfg.config_file)
+    tmp = path.with_name(path.name + ".tmp")
     try:
-        tmp = path.with_name(path.name + ".tmp")
         tmp.write_text(config_lines(cfg), encoding="utf-8")
         if path.exists():
             path.with_name(path.name + ".bak").write_bytes(path.read_bytes())
         os.replace(tmp, path)
     except OSError as exc:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
         log.warning("updateBrokerConfig: cannot rewrite %s (%s): until a restart only", path, exc)

@@ -7,6 +7,7 @@ can read or seed them the same way.
 
 from __future__ import annotations
 
+import logging
 import re
 import time
 from collections.abc import Callable
@@ -27,6 +28,7 @@ from idemp.remoting.javafields import bool_field, int_field
 
 from .jsonfile import read_json, write_json
 
+log = logging.getLogger("idemp.broker")
 BENCHMARK_TOPIC = "BenchmarkTest"
 # The groups RocketMQ 4.9.7's SubscriptionGroupManager creates at start: mqadmin's own
 # pulls (printMsg, consumeMessage, ...) use TOOLS_CONSUMER, so they work on a broker that
@@ -322,7 +324,7 @@ class GroupTable:
         data = read_json(path)
         if data:
             for name, raw in (data.get("subscriptionGroupTable") or {}).items():
-                self.groups[name] = _group_from_json(name, raw)
+                self.groups[name] = _group_from_json(name, raw, strict=False)
         for name in SYSTEM_GROUPS:
             self.groups.setdefault(name, SubscriptionGroupConfig(name))
 
@@ -355,15 +357,25 @@ class GroupTable:
         write_json(self.path, self.to_json())
 
 
-def _group_from_json(name: str, raw: dict[str, Any]) -> SubscriptionGroupConfig:
+def _group_from_json(
+    name: str, raw: dict[str, Any], *, strict: bool = True
+) -> SubscriptionGroupConfig:
     """Each field as fastjson sets it (``"3"`` is 3, null the default, ``"x"`` for a
-    number refused): kept as given, a string would fail later at each message."""
+    number refused): kept as given, a string would fail later at each message. Not
+    ``strict`` (the group file, which idemp before 2026-11-29 wrote with whatever a
+    request gave), a field that does not convert keeps its default, with a warning."""
     fields: dict[str, Any] = {}
     for key, f in SubscriptionGroupConfig.__dataclass_fields__.items():
         if key == "groupName" or key not in raw:
             continue
         read = bool_field if f.type in ("bool", bool) else int_field
-        value = read(raw[key], key)
+        try:
+            value = read(raw[key], key)
+        except ValueError:
+            if strict:
+                raise
+            log.warning("group %r: %s=%r is no %s; its default kept", name, key, raw[key], f.type)
+            continue
         if value is not None:
             fields[key] = value
     return SubscriptionGroupConfig(name, **fields)

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from idemp.broker.admin_config import config_lines
 from idemp.broker.config import BrokerConfig, ConfigError, load_config
-from idemp.broker.metadata import TopicConfig, perm_string
+from idemp.broker.metadata import GroupTable, TopicConfig, perm_string
 from idemp.broker.rocketmq_defaults import BODY_ORDER, NAMESRV_BODY_ORDER, namesrv_settings
 
 
@@ -59,4 +62,24 @@ def test_get_namesrv_config_lists_the_settings_in_rocketmqs_order(
     monkeypatch.delenv("ROCKETMQ_HOME")
     assert list(namesrv_settings("9876", "kv.json", "ns.properties")) == [
         k for k in NAMESRV_BODY_ORDER if k != "rocketmqHome"
+    ]
+
+
+def test_a_group_file_field_that_does_not_convert_keeps_its_default(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Before requests were read as fastjson reads them, idemp stored what a request gave
+    (``"abc"`` for a number, say): such a file still loads, that field at its default,
+    said once; a number given as text is read as fastjson reads it."""
+    path = tmp_path / "subscriptionGroup.json"
+    table = {
+        "G1": {"groupName": "G1", "retryMaxTimes": "abc", "consumeEnable": "false"},
+        "G2": {"groupName": "G2", "retryMaxTimes": "3"},
+    }
+    path.write_text(json.dumps({"subscriptionGroupTable": table}))
+    groups = GroupTable(path, auto_create=True).groups
+    assert (groups["G1"].retryMaxTimes, groups["G1"].consumeEnable) == (16, False)
+    assert groups["G2"].retryMaxTimes == 3
+    assert [r.getMessage() for r in caplog.records] == [
+        "group 'G1': retryMaxTimes='abc' is no int; its default kept"
     ]
