@@ -225,6 +225,8 @@ class TransactionCheckService:
         store = self.server.store
         assert store is not None
         cfg = self.server.config
+        if store.disk.full:  # RocketMQ's put back is refused, so it asks about none
+            return 0
         sent = 0
         # a snapshot: the copies this round puts back are asked about from the next one
         for _, phy in sorted(self.pending.items()):
