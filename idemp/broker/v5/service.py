@@ -53,6 +53,7 @@ PRODUCER_MAX_ATTEMPTS = 3
 MAX_DELAY_MS = 24 * 3600 * 1000
 MAX_RECOVERY_S = 3600
 _PROXY = "org.apache.rocketmq.proxy.common.ProxyException: "
+_UNPARSED: set[str] = set()  # SQL92 filters said not to compile (in the log)
 NO_TRANSACTION_DATA = _PROXY + "cannot found transaction data"
 MESSAGE_GROUP_MAX = 64
 USER_PROPERTY_MAX_NUM = 128
@@ -983,9 +984,13 @@ def _filter(expression: Any) -> Any:
         try:
             selector = compile_selector(expression.expression)
         except SelectorError as exc:
-            # the broker's SUBSCRIPTION_PARSE_FAILED, which the proxy passes on as 50001
+            # the broker's SUBSCRIPTION_PARSE_FAILED, which the proxy passes on as 50001 in
+            # these words only; what is wrong with it goes to the log, once per expression
+            if expression.expression not in _UNPARSED and len(_UNPARSED) < 1000:
+                _UNPARSED.add(expression.expression)
+                log.warning("v5: SQL92 filter %r does not compile: %s", expression.expression, exc)
             raise RequestError(
-                Code.INTERNAL_SERVER_ERROR, f"parse the consumer's subscription failed: {exc}"
+                Code.INTERNAL_SERVER_ERROR, _PROXY + "parse the consumer's subscription failed"
             ) from None
         return lambda msg: selector.matches(msg.properties)
     text = (expression.expression or "*").strip()
