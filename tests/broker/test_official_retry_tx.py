@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 
 from idemp.broker.process import BrokerProcess
-from idemp.remoting import RequestCode, ResponseCode, decode_messages
+from idemp.remoting import RemotingCommand, RequestCode, ResponseCode, decode_messages
 from idemp.remoting.msgid import offset_msg_id, parse_offset_msg_id
 
 from .rawclient import RawClient
@@ -445,6 +445,22 @@ def test_transactions_commit_rollback_and_check_back(
         raw.close()
 
 
+def _commit_checked(producer: RawClient, group: str, check: RemotingCommand) -> RemotingCommand:
+    """The producer's commit (8) in answer to CHECK_TRANSACTION_STATE ``check``: it names
+    the half the check named."""
+    return producer.request(
+        RequestCode.END_TRANSACTION,
+        {
+            "producerGroup": group,
+            "tranStateTableOffset": check.ext_fields["tranStateTableOffset"],
+            "commitLogOffset": check.ext_fields["commitLogOffset"],
+            "commitOrRollback": 8,
+            "msgId": check.ext_fields["msgId"],
+            "fromTransactionCheck": "true",
+        },
+    )
+
+
 def test_a_half_given_up_is_resumed_checked_again_and_committed(
     make_broker: Callable[..., BrokerProcess],
 ) -> None:
@@ -478,17 +494,7 @@ def test_a_half_given_up_is_resumed_checked_again_and_committed(
         assert raw.indexed("RMQ_SYS_TRANS_HALF_TOPIC", 0, halves + 2) >= halves + 2
         resumed, *_ = raw.pull_messages("RMQ_SYS_TRANS_HALF_TOPIC", 0, halves)
         (asked,) = decode_messages(check.body)
-        end = producer.request(
-            RequestCode.END_TRANSACTION,
-            {
-                "producerGroup": group,
-                "tranStateTableOffset": check.ext_fields["tranStateTableOffset"],
-                "commitLogOffset": check.ext_fields["commitLogOffset"],
-                "commitOrRollback": 8,
-                "msgId": check.ext_fields["msgId"],
-                "fromTransactionCheck": "true",
-            },
-        )
+        end = _commit_checked(producer, group, check)
         # and a half rolled back by its producer at once: RocketMQ's rollback answer keeps
         # the response's default remark (EndTransactionProcessor.checkPrepareMessage)
         other = raw.send_message(topic, b"undone", props, group=group, sys_flag=4)
@@ -549,17 +555,7 @@ def test_each_check_asks_about_a_copy_put_back_with_its_count_and_a_commit_keeps
         first, second = asked(), asked()
         assert raw.indexed("RMQ_SYS_TRANS_HALF_TOPIC", 0, 3) >= 3
         stored = raw.pull_messages("RMQ_SYS_TRANS_HALF_TOPIC", 0, 0)
-        end = producer.request(
-            RequestCode.END_TRANSACTION,
-            {
-                "producerGroup": group,
-                "tranStateTableOffset": first.ext_fields["tranStateTableOffset"],
-                "commitLogOffset": first.ext_fields["commitLogOffset"],
-                "commitOrRollback": 8,
-                "msgId": uniq,
-                "fromTransactionCheck": "true",
-            },
-        )
+        end = _commit_checked(producer, group, first)
         assert end.code == ResponseCode.SUCCESS
         assert raw.indexed(topic, 0, 1) == 1
         delivered = raw.pull_messages(topic)
