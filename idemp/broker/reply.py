@@ -45,7 +45,7 @@ async def send_reply(server: Broker, conn: Peer, request: RemotingCommand) -> Re
     accepted = accept(server, conn, request)
     if isinstance(accepted, RemotingCommand):
         return accepted
-    cmd, queue_id = accepted
+    cmd, _, queue_id = accepted
     fields = cmd.ext_fields
     props_text = fields.get("properties", "")
     msg = MessageExt(

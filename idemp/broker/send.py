@@ -159,9 +159,9 @@ def illegal(server: Broker, request: RemotingCommand) -> RemotingCommand:
 
 def accept(
     server: Broker, conn: Peer, request: RemotingCommand
-) -> tuple[RemotingCommand, int] | RemotingCommand:
-    """A send's header in V1 form and the queue it goes to (a random one when it named
-    none), after msgCheck; or msgCheck's refusal."""
+) -> tuple[RemotingCommand, TopicConfig, int] | RemotingCommand:
+    """A send's header in V1 form, its topic's config and the queue it goes to (a random
+    one when it named none), after msgCheck; or msgCheck's refusal."""
     cmd = _v1_header(request)
     if not cmd.ext_fields.get("topic") and server.config.brokerPermission & Perm.WRITE:
         # RocketMQ's header decoding leaves a missing field null, and msgCheck refuses a
@@ -174,7 +174,7 @@ def accept(
     tcfg, queue_id = checked
     if queue_id < 0:
         queue_id = random.randrange(max(tcfg.writeQueueNums, 1))
-    return cmd, queue_id
+    return cmd, tcfg, queue_id
 
 
 def send_message(server: Broker, conn: Peer, request: RemotingCommand) -> HandlerResult:
@@ -183,14 +183,13 @@ def send_message(server: Broker, conn: Peer, request: RemotingCommand) -> Handle
     accepted = accept(server, conn, request)
     if isinstance(accepted, RemotingCommand):
         return accepted
-    cmd, queue_id = accepted
+    cmd, tcfg, queue_id = accepted
     topic = cmd.ext_fields["topic"]
     props_text = cmd.ext_fields.get("properties", "")
     properties = decode_properties(props_text)
     properties[Prop.CLUSTER] = server.config.brokerClusterName
     sys_flag = cmd.field_int("sysFlag")
-    tcfg = server.store.topics.get(topic) if server.store is not None else None
-    if tcfg is not None and tcfg.topicFilterType == "MULTI_TAG":
+    if tcfg.topicFilterType == "MULTI_TAG":
         sys_flag |= MessageSysFlag.MULTI_TAGS  # SendMessageProcessor, single and batch
     base = MessageExt(
         topic=topic,
