@@ -7,12 +7,11 @@ from typing import TYPE_CHECKING
 
 from idemp.remoting import RemotingCommand, RequestCode, ResponseCode, jsonlenient
 from idemp.remoting.codes import (
-    SYSTEM_TOPIC_PREFIX,
     UNSET_RESPONSE_REMARK,
     Perm,
 )
 
-from .admin_maintenance import system_topic_names
+from .admin_maintenance import is_system_topic
 from .metadata import (
     MESSAGE_TYPE_ATTRIBUTE,
     TOPIC_FILTER_TYPES,
@@ -137,7 +136,7 @@ def create_topic(server: Broker, conn: Peer, cmd: RemotingCommand) -> HandlerRes
     # TopicValidator.isSystemTopic: TBW102, SCHEDULE_TOPIC_XXXX, the transaction topics,
     # the cluster's and the broker's own names, the reply topic... are the broker's own;
     # re-creating TBW102 could e.g. switch off auto-creation.
-    if topic in system_topic_names(server) or topic.startswith(SYSTEM_TOPIC_PREFIX):
+    if is_system_topic(server, topic):
         return cmd.response(
             ResponseCode.SYSTEM_ERROR, f"The topic[{topic}] is conflict with system topic."
         )

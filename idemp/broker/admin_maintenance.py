@@ -56,6 +56,11 @@ def system_topic_names(server: Broker) -> set[str]:
     return names
 
 
+def is_system_topic(server: Broker, topic: str) -> bool:
+    """TopicValidator.isSystemTopic: what neither updateTopic nor deleteTopic may touch."""
+    return topic in system_topic_names(server) or topic.startswith(SYSTEM_TOPIC_PREFIX)
+
+
 def delete_topic(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingCommand:
     store = server.store
     assert store is not None
@@ -64,7 +69,7 @@ def delete_topic(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingCo
     error = topic_error(topic)
     if error is not None:
         return cmd.response(ResponseCode.SYSTEM_ERROR, error)
-    if topic in system_topic_names(server) or topic.startswith(SYSTEM_TOPIC_PREFIX):
+    if is_system_topic(server, topic):
         return cmd.response(
             ResponseCode.SYSTEM_ERROR, f"The topic[{topic}] is conflict with system topic."
         )
