@@ -76,7 +76,7 @@ async def send_reply(server: Broker, conn: Peer, request: RemotingCommand) -> Re
         except MessageFormatError as exc:
             log.warning("reply message not stored: %s", exc)
             return response
-        count_put(server, msg.topic, 1, len(msg.body))
+        count_put(server, result.topic, 1, result.end - result.commit_log_offset)
         response.ext_fields.update(
             msgId=offset_msg_id(store.store_host, result.commit_log_offset),
             queueId=str(queue_id),

@@ -13,25 +13,29 @@ from idemp.remoting import MessageExt
 from idemp.remoting.codes import SCHEDULE_TOPIC, Prop
 from idemp.waiting import within
 
+from .brokerstats import GROUP_GET_NUMS, GROUP_GET_SIZE
+from .send import count_put
+
 if TYPE_CHECKING:
     from .context import Broker
-    from .store import MessageStore
+    from .store import MessageStore, PutResult
 
 log = logging.getLogger("idemp.broker.schedule")
 STATE_FILE = "delayOffset.json"
+SCHEDULE_CONSUMER = "SCHEDULE_CONSUMER"  # MixAll.SCHEDULE_CONSUMER_GROUP
 MAX_IDLE_WAIT_S = 5.0
 
 
 def restore_real(
     store: MessageStore, msg: MessageExt, who: str, added: dict[str, str] | None = None
-) -> None:
+) -> PutResult | None:
     """Store a parked message (a delay level's or a timer's) again under its real topic
     and queue (REAL_TOPIC/REAL_QID), with the ``added`` properties. The stored property
     string keeps DELAY/REAL_*, as RocketMQ's does."""
     real_topic = msg.properties.get(Prop.REAL_TOPIC)
     if not real_topic:
         log.warning("%s: message at %d has no REAL_TOPIC; dropped", who, msg.commit_log_offset)
-        return
+        return None
     try:
         real_qid = int(msg.properties.get(Prop.REAL_QID, "0"))
     except ValueError:
@@ -48,7 +52,7 @@ def restore_real(
         reconsume_times=msg.reconsume_times,
         prepared_transaction_offset=msg.prepared_transaction_offset,
     )
-    store.put(out, keep_wait=True, apply_delay=False)
+    return store.put(out, keep_wait=True, apply_delay=False)
 
 
 class ScheduleService:
@@ -102,9 +106,18 @@ class ScheduleService:
         return delivered, next_due
 
     def _restore(self, msg: MessageExt) -> None:
+        """Re-store ``msg``, counted as ScheduleMessageService's PutResultProcess counts it
+        (enableScheduleMessageStats): a put into the real topic (statsAll's InTPS and
+        24-hour count), and a get of SCHEDULE_TOPIC_XXXX by SCHEDULE_CONSUMER."""
         store = self.server.store
         assert store is not None
-        restore_real(store, msg, "schedule")
+        put = restore_real(store, msg, "schedule")
+        if put is None:
+            return
+        size = put.end - put.commit_log_offset
+        count_put(self.server, put.topic, 1, size)
+        store.stats.add(GROUP_GET_NUMS, f"{SCHEDULE_TOPIC}@{SCHEDULE_CONSUMER}", 1)
+        store.stats.add(GROUP_GET_SIZE, f"{SCHEDULE_TOPIC}@{SCHEDULE_CONSUMER}", size)
 
     async def run(self) -> None:
         store = self.server.store

@@ -11,6 +11,7 @@ from idemp.remoting import MessageExt, RemotingCommand, RequestCode, ResponseCod
 from idemp.remoting.codes import (
     NOT_ALLOWED_SEND_TOPICS,
     RETRY_GROUP_TOPIC_PREFIX,
+    SCHEDULE_TOPIC,
     TRANS_HALF_TOPIC,
     MessageSysFlag,
     Perm,
@@ -245,7 +246,9 @@ def send_message(server: Broker, conn: Peer, request: RemotingCommand) -> Handle
         result = store.put(base, keep_wait=keep_wait)
     except MessageFormatError:
         return illegal(server, request)
-    count_put(server, topic, 1, len(base.body))
+    # counted under the topic stored in, as SendMessageProcessor counts its msgInner after
+    # the store renamed it: SCHEDULE_TOPIC_XXXX for a delay, the half topic for a half
+    count_put(server, result.topic, 1, result.end - result.commit_log_offset)
     response = request.response(
         ResponseCode.SUCCESS,
         ext_fields={
@@ -277,7 +280,8 @@ def _refused(server: Broker, request: RemotingCommand, props_text: str) -> Remot
 
 
 def count_put(server: Broker, topic: str, n: int, size: int) -> None:
-    """BrokerStatsManager's per-topic and per-broker put counters (statsAll, clusterList)."""
+    """BrokerStatsManager's per-topic and per-broker put counters (statsAll, clusterList):
+    ``n`` messages stored in one put of ``size`` bytes (the records as written)."""
     stats = server.store.stats if server.store is not None else None
     if stats is not None:
         stats.add(TOPIC_PUT_NUMS, topic, n)
@@ -328,7 +332,7 @@ def _send_batch(
                 ResponseCode.MESSAGE_ILLEGAL, "batch messages may not be delayed or transactional"
             )
     ids: list[str] = []
-    first_offset = -1
+    first_offset = first_phy = -1
     end = 0
     # CommitLog.MessageExtBatchEncoder: each entry's own text, a separator unless it ends
     # in one, then the batch's properties (WAIT included): not re-encoded from a map
@@ -359,10 +363,10 @@ def _send_batch(
         except MessageFormatError:
             return illegal(server, request)
         if first_offset < 0:
-            first_offset = result.queue_offset
+            first_offset, first_phy = result.queue_offset, result.commit_log_offset
         ids.append(offset_msg_id(store.store_host, result.commit_log_offset))
         end = result.end
-        count_put(server, base.topic, 1, len(e.body))
+    count_put(server, base.topic, len(entries), end - first_phy)
     response = request.response(
         ResponseCode.SUCCESS,
         ext_fields={
@@ -438,5 +442,9 @@ def send_back(server: Broker, conn: Peer, cmd: RemotingCommand) -> HandlerResult
     if store.disk.full:  # the put's status by name (consumerSendMsgBack)
         return cmd.response(ResponseCode.SYSTEM_ERROR, "SERVICE_NOT_AVAILABLE")
     result = store.put(retry, keep_wait=True)
-    store.stats.add(SNDBCK_PUT_NUMS, f"{msg.topic}@{group}", 1)
+    if result.topic == SCHEDULE_TOPIC:  # consumerSendMsgBack counts a delayed one's put
+        store.stats.add(TOPIC_PUT_NUMS, result.topic, 1)
+        store.stats.add(TOPIC_PUT_SIZE, result.topic, result.end - result.commit_log_offset)
+    back_topic = msg.properties.get(Prop.RETRY_TOPIC) or msg.topic
+    store.stats.add(SNDBCK_PUT_NUMS, f"{back_topic}@{group}", 1)
     return _after_flush(server, cmd.response(ResponseCode.SUCCESS), result.end)
