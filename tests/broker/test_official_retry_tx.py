@@ -637,6 +637,110 @@ def test_committed_message_is_stored_once_with_its_half_offset(
         raw.close()
 
 
+def test_check_rounds_read_as_cid_rmq_sys_trans_and_keep_its_offsets(
+    make_broker: Callable[..., BrokerProcess],
+) -> None:
+    """TransactionalMessageServiceImpl.check reads the half and op topics as the group
+    CID_RMQ_SYS_TRANS: its consume offsets say how far the rounds went (past the halves
+    put back and the ops read), its reads are a group's gets (statsAll lists it under the
+    half topic), and a half put back gets no op. Seen side by side with RocketMQ 4.9.7;
+    idemp wrote an op for each half put back, and kept no offsets nor counts."""
+    topic, group, cid = "TopicCheckOffsets", "PG_OFFSETS", "CID_RMQ_SYS_TRANS"
+    half_topic, op_topic = "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC"
+    broker = make_broker(transactionCheckInterval=1000, transactionTimeOut=1000)
+    with RawClient(broker.broker_addr) as raw:
+        assert raw.create_topic(topic, 1).code == 0
+
+        def half(body: bytes, uniq: str) -> RemotingCommand:
+            props = {"TRAN_MSG": "true", "PGROUP": group, "UNIQ_KEY": uniq}
+            sent = raw.send_message(topic, body, props, group=group, sys_flag=4)
+            assert sent.code == ResponseCode.SUCCESS
+            return sent
+
+        def offset(of: str) -> tuple[int, str | None]:
+            r = raw.request(
+                RequestCode.QUERY_CONSUMER_OFFSET,
+                {"consumerGroup": cid, "topic": of, "queueId": 0},
+            )
+            return r.code, r.ext_fields.get("offset")
+
+        half(b"asked", "7F00000100002A9F00000000000000D1")  # no producer online: put back
+        done = half(b"done", "7F00000100002A9F00000000000000D2")
+        end = raw.request(
+            RequestCode.END_TRANSACTION,
+            {
+                "producerGroup": group,
+                "tranStateTableOffset": done.ext_fields["queueOffset"],
+                "commitLogOffset": parse_offset_msg_id(done.ext_fields["msgId"])[1],
+                "commitOrRollback": 8,
+                "msgId": done.ext_fields["msgId"],
+                "fromTransactionCheck": "false",
+            },
+        )
+        assert end.code == ResponseCode.SUCCESS
+        _wait_max_offset(raw, half_topic, 4, 15.0)  # two rounds put the first back twice
+        # each round ends by committing its offset: past all but the copy it put back
+        deadline = time.monotonic() + 10
+        while offset(half_topic) != (ResponseCode.SUCCESS, str(raw.max_offset(half_topic) - 1)):
+            assert time.monotonic() < deadline, (offset(half_topic), raw.max_offset(half_topic))
+            time.sleep(0.05)  # a round in progress; bounded by the deadline
+        assert offset(op_topic) == (ResponseCode.SUCCESS, "1")
+        assert raw.max_offset(op_topic) == 1  # the commit's op; none for a half put back
+        by_who = raw.request(RequestCode.QUERY_TOPIC_CONSUME_BY_WHO, {"topic": half_topic})
+        assert json.loads(by_who.body) == {"groupList": [cid]}
+        for read in (half_topic, op_topic):
+            view = raw.request(
+                RequestCode.VIEW_BROKER_STATS_DATA,
+                {"statsName": "GROUP_GET_NUMS", "statsKey": f"{read}@{cid}"},
+            )
+            assert view.code == ResponseCode.SUCCESS, (read, view.remark)
+
+
+@pytest.mark.idemp_only(
+    "departs on purpose: RocketMQ stores a commit naming a half it put back, then asks "
+    "about the copy again and stores the message a second time if the answer is commit"
+)
+def test_a_commit_naming_a_half_put_back_before_a_restart_resolves_its_copy(
+    make_broker: Callable[..., BrokerProcess], tmp_path: Path
+) -> None:
+    """A producer whose local transaction outlasts transactionTimeOut commits the half it
+    sent, after a check round has put that half back as a copy (same UNIQ_KEY). Across a
+    restart the commit still stores the message once and resolves the copy: it is never
+    asked about again."""
+    topic, group = "TopicCommitOld", "PG_COMMIT_OLD"
+    half_topic = "RMQ_SYS_TRANS_HALF_TOPIC"
+    store = tmp_path / "restarted"
+    broker = make_broker(store=store, transactionCheckInterval=300, transactionTimeOut=0)
+    with RawClient(broker.broker_addr) as raw:
+        assert raw.create_topic(topic, 1).code == 0
+        props = {"TRAN_MSG": "true", "PGROUP": group, "UNIQ_KEY": "7F00000100002A9F000000E1"}
+        sent = raw.send_message(topic, b"slow", props, group=group, sys_flag=4)
+        assert sent.code == ResponseCode.SUCCESS
+        deadline = time.monotonic() + 10
+        while raw.max_offset(half_topic) < 2:  # a round put it back
+            assert time.monotonic() < deadline, "the half was never put back"
+            time.sleep(0.05)  # polling the half topic; bounded by the deadline
+    broker.stop()
+    broker = make_broker(store=store, transactionCheckInterval=300, transactionTimeOut=0)
+    commit = {
+        "producerGroup": group,
+        "tranStateTableOffset": sent.ext_fields["queueOffset"],
+        "commitLogOffset": parse_offset_msg_id(sent.ext_fields["msgId"])[1],
+        "commitOrRollback": 8,
+        "msgId": sent.ext_fields["msgId"],
+        "fromTransactionCheck": "false",
+    }
+    with RawClient(broker.broker_addr) as raw:
+        assert raw.request(RequestCode.END_TRANSACTION, commit).code == ResponseCode.SUCCESS
+        assert [m.body for m in raw.pull_messages(topic)] == [b"slow"]
+        # the same answer again stores nothing more
+        assert raw.request(RequestCode.END_TRANSACTION, commit).code == ResponseCode.SUCCESS
+        put_back = raw.max_offset(half_topic)
+        time.sleep(1.5)  # five check rounds, which must not put the copy back again
+        assert raw.max_offset(half_topic) == put_back
+        assert raw.max_offset(topic) == 1
+
+
 def test_the_half_topic_is_a_topic_from_the_first_check_round(
     make_broker: Callable[..., BrokerProcess],
 ) -> None:
