@@ -741,6 +741,47 @@ def test_a_commit_naming_a_half_put_back_before_a_restart_resolves_its_copy(
         assert raw.max_offset(topic) == 1
 
 
+def test_a_half_inside_its_immunity_is_put_back_each_round_and_asked_about_after(
+    make_broker: Callable[..., BrokerProcess],
+) -> None:
+    """CHECK_IMMUNITY_TIME_IN_SECONDS: until the half is that old, each round puts it
+    back with TRAN_PREPARED_QUEUE_OFFSET (the offset it was first stored at) and its
+    check count raised (needDiscard raises it before the immunity is looked at), and
+    asks nothing; then the producer is asked about the latest copy. Seen side by side
+    with RocketMQ 4.9.7."""
+    topic, group, immunity_s = "TopicImmune", "PG_IMMUNE", 3
+    broker = make_broker(transactionCheckInterval=500, transactionTimeOut=0)
+    with RawClient(broker.broker_addr) as raw, RawClient(broker.broker_addr) as producer:
+        assert raw.create_topic(topic, 1).code == 0
+        assert producer.heartbeat("127.0.0.1@immune", producer_groups=[group]).code == 0
+        uniq = "7F00000100002A9F000000000000F1"
+        props = {
+            "TRAN_MSG": "true",
+            "PGROUP": group,
+            "UNIQ_KEY": uniq,
+            "CHECK_IMMUNITY_TIME_IN_SECONDS": str(immunity_s),
+        }
+        sent_at = time.monotonic()
+        half = raw.send_message(topic, b"immune", props, group=group, sys_flag=4)
+        assert half.code == ResponseCode.SUCCESS
+        check = producer.wait_pushed(
+            lambda c: c.code == RequestCode.CHECK_TRANSACTION_STATE, immunity_s + 10.0
+        )
+        asked_after = time.monotonic() - sent_at
+        stored = raw.pull_messages("RMQ_SYS_TRANS_HALF_TOPIC", 0, 0)
+    copies = [m for m in stored if m.properties.get("UNIQ_KEY") == uniq]
+    assert asked_after >= immunity_s - 0.1  # the broker's clock against ours: 100 ms
+    # the half, then one copy per round: the first ones inside the immunity
+    assert len(copies) >= 1 + 4
+    assert copies[0].properties.get("TRAN_PREPARED_QUEUE_OFFSET") is None
+    for n, copy in enumerate(copies[1:], start=1):
+        assert copy.properties["TRANSACTION_CHECK_TIMES"] == str(n)
+        assert copy.properties["TRAN_PREPARED_QUEUE_OFFSET"] == half.ext_fields["queueOffset"]
+    # the copy asked about (a later round may have put it back again since)
+    asked = [c for c in copies if str(c.queue_offset) == check.ext_fields["tranStateTableOffset"]]
+    assert len(asked) == 1 and asked[0] is not copies[0]
+
+
 def test_the_half_topic_is_a_topic_from_the_first_check_round(
     make_broker: Callable[..., BrokerProcess],
 ) -> None:
