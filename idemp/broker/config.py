@@ -55,6 +55,8 @@ class BrokerConfig:
     maxTransferBytesOnMessageInMemory: int = 256 * 1024
     # RocketMQ: system property rocketmq.broker.rebalance.lockMaxLiveTime (queue lock expiry)
     rebalanceLockMaxLiveTime: int = 60_000
+    # false: consumers are never told their group changed (they rebalance on their timer)
+    notifyConsumerIdsChangedEnable: bool = True
     # idemp-only: false runs no nameserver in this process; the broker then registers
     # with the nameservers of namesrvAddr (``a:9876;b:9876``) as RocketMQ's broker does
     embeddedNamesrv: bool = True

@@ -61,7 +61,7 @@ class Broker(Protocol):
     registrar: Any  # registrar.Registrar when the broker registers with other nameservers
     opaques: Iterator[int]  # the opaques of the broker's own requests to other servers
 
-    def notify_consumer_ids_changed(self, group: str) -> None: ...
+    def notify_consumer_ids_changed(self, group: str, *, group_flag: bool = True) -> None: ...
 
 
 HandlerResult = Union[RemotingCommand, None, Awaitable[Union[RemotingCommand, None]]]  # noqa: UP007

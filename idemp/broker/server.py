@@ -496,11 +496,16 @@ class BrokerServer:
             return
         self.holds.cancel_where(lambda p: p.owner is conn)
         for group in self.clients.channel_closed(conn):
-            self.notify_consumer_ids_changed(group)
+            self.notify_consumer_ids_changed(group, group_flag=False)
 
-    def notify_consumer_ids_changed(self, group: str) -> None:
+    def notify_consumer_ids_changed(self, group: str, *, group_flag: bool = True) -> None:
+        """DefaultConsumerIdsChangeListener: the broker's notifyConsumerIdsChangedEnable
+        gates every notice; the group's own flag only those of a heartbeat or an
+        unregister (ConsumerManager.doChannelCloseEvent does not look at it)."""
         assert self.store is not None
-        cfg = self.store.groups.groups.get(group)
+        if not self.config.notifyConsumerIdsChangedEnable:
+            return
+        cfg = self.store.groups.groups.get(group) if group_flag else None
         if cfg is not None and not cfg.notifyConsumerIdsChangedEnable:
             return
         info = self.clients.consumers.get(group)

@@ -608,6 +608,38 @@ def test_consumer_list_and_ids_changed_notifications(broker: BrokerProcess) -> N
         assert probe.pushed == []  # not a member: never notified
 
 
+@pytest.mark.parametrize("flag", ["group", "broker"])
+def test_notify_consumer_ids_changed_switched_off_by_the_group_or_the_broker(
+    make_broker: Callable[..., BrokerProcess], flag: str
+) -> None:
+    """notifyConsumerIdsChangedEnable: the group's flag silences the notices of a
+    heartbeat and an unregister, but a closed connection notifies all the same
+    (ConsumerManager.doChannelCloseEvent does not look at it); the broker's silences
+    every notice. Seen side by side with the Java client on RocketMQ 4.9.7: with the
+    group's flag off, a killed consumer's queues were taken over at once."""
+    g = "G_QUIET"
+    broker = make_broker(
+        **({"notifyConsumerIdsChangedEnable": "false"} if flag == "broker" else {})
+    )
+    with RawClient(broker.broker_addr) as a:
+        if flag == "group":
+            assert a.create_group(g, notifyConsumerIdsChangedEnable=False).code == 0
+        assert a.heartbeat("10.0.0.1@1#DEFAULT", [g]).code == 0
+        b = RawClient(broker.broker_addr)
+        try:
+            assert b.heartbeat("10.0.0.2@2#DEFAULT", [g]).code == 0
+            a.collect(QUIET_S)
+            b.collect(QUIET_S)
+            assert [p for p in a.pushed + b.pushed if _is_notify(g)(p)] == []
+        finally:
+            b.close()
+        if flag == "group":
+            a.wait_pushed(_is_notify(g), timeout=5.0)
+        else:
+            a.collect(QUIET_S)
+            assert [p for p in a.pushed if _is_notify(g)(p)] == []
+
+
 # --------------------------------------------------------------------------------------
 # queue locks (§2.4.6, §4.7)
 # --------------------------------------------------------------------------------------
