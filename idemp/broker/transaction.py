@@ -535,4 +535,7 @@ class TransactionCheckService:
             # (TransactionalMessageBridge.fetchMessageQueues), halves or not: before it,
             # the topic has no config and no route, though halves are stored in it
             store.topics.create_system(TRANS_HALF_TOPIC, 1, Perm.READ | Perm.WRITE)
-            self.check_once()
+            try:
+                self.check_once()
+            except Exception:  # as RocketMQ's "Check error": the next round tries again
+                log.exception("transaction: check round failed")
