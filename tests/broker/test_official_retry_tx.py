@@ -445,6 +445,24 @@ def test_transactions_commit_rollback_and_check_back(
         raw.close()
 
 
+def _end_sent(
+    producer: RawClient, group: str, sent: RemotingCommand, kind: int = 8
+) -> RemotingCommand:
+    """The producer's own END_TRANSACTION (8 commit, 12 rollback) for the half whose send
+    answered ``sent``, as after its local transaction (not from a check)."""
+    return producer.request(
+        RequestCode.END_TRANSACTION,
+        {
+            "producerGroup": group,
+            "tranStateTableOffset": sent.ext_fields["queueOffset"],
+            "commitLogOffset": parse_offset_msg_id(sent.ext_fields["msgId"])[1],
+            "commitOrRollback": kind,
+            "msgId": sent.ext_fields["msgId"],
+            "fromTransactionCheck": "false",
+        },
+    )
+
+
 def _commit_checked(producer: RawClient, group: str, check: RemotingCommand) -> RemotingCommand:
     """The producer's commit (8) in answer to CHECK_TRANSACTION_STATE ``check``: it names
     the half the check named."""
@@ -498,17 +516,7 @@ def test_a_half_given_up_is_resumed_checked_again_and_committed(
         # and a half rolled back by its producer at once: RocketMQ's rollback answer keeps
         # the response's default remark (EndTransactionProcessor.checkPrepareMessage)
         other = raw.send_message(topic, b"undone", props, group=group, sys_flag=4)
-        rollback = producer.request(
-            RequestCode.END_TRANSACTION,
-            {
-                "producerGroup": group,
-                "tranStateTableOffset": other.ext_fields["queueOffset"],
-                "commitLogOffset": parse_offset_msg_id(other.ext_fields["msgId"])[1],
-                "commitOrRollback": 12,
-                "msgId": other.ext_fields["msgId"],
-                "fromTransactionCheck": "false",
-            },
-        )
+        rollback = _end_sent(producer, group, other, 12)
         delivered = [m.body for m in raw.pull_messages(topic)]
     assert (rollback.code, rollback.remark) == (ResponseCode.SUCCESS, "not set any response code")
     assert given_up.properties["TRANSACTION_CHECK_TIMES"] == "1"
@@ -666,17 +674,7 @@ def test_check_rounds_read_as_cid_rmq_sys_trans_and_keep_its_offsets(
 
         half(b"asked", "7F00000100002A9F00000000000000D1")  # no producer online: put back
         done = half(b"done", "7F00000100002A9F00000000000000D2")
-        end = raw.request(
-            RequestCode.END_TRANSACTION,
-            {
-                "producerGroup": group,
-                "tranStateTableOffset": done.ext_fields["queueOffset"],
-                "commitLogOffset": parse_offset_msg_id(done.ext_fields["msgId"])[1],
-                "commitOrRollback": 8,
-                "msgId": done.ext_fields["msgId"],
-                "fromTransactionCheck": "false",
-            },
-        )
+        end = _end_sent(raw, group, done)
         assert end.code == ResponseCode.SUCCESS
         _wait_max_offset(raw, half_topic, 4, 15.0)  # two rounds put the first back twice
         # each round ends by committing its offset: past all but the copy it put back
@@ -722,19 +720,11 @@ def test_a_commit_naming_a_half_put_back_before_a_restart_resolves_its_copy(
             time.sleep(0.05)  # polling the half topic; bounded by the deadline
     broker.stop()
     broker = make_broker(store=store, transactionCheckInterval=300, transactionTimeOut=0)
-    commit = {
-        "producerGroup": group,
-        "tranStateTableOffset": sent.ext_fields["queueOffset"],
-        "commitLogOffset": parse_offset_msg_id(sent.ext_fields["msgId"])[1],
-        "commitOrRollback": 8,
-        "msgId": sent.ext_fields["msgId"],
-        "fromTransactionCheck": "false",
-    }
     with RawClient(broker.broker_addr) as raw:
-        assert raw.request(RequestCode.END_TRANSACTION, commit).code == ResponseCode.SUCCESS
+        assert _end_sent(raw, group, sent).code == ResponseCode.SUCCESS
         assert [m.body for m in raw.pull_messages(topic)] == [b"slow"]
         # the same answer again stores nothing more
-        assert raw.request(RequestCode.END_TRANSACTION, commit).code == ResponseCode.SUCCESS
+        assert _end_sent(raw, group, sent).code == ResponseCode.SUCCESS
         put_back = raw.max_offset(half_topic)
         time.sleep(1.5)  # five check rounds, which must not put the copy back again
         assert raw.max_offset(half_topic) == put_back
@@ -801,17 +791,7 @@ def test_the_half_topic_is_a_topic_from_the_first_check_round(
         props = {"TRAN_MSG": "true", "PGROUP": "PG_FIRST", "UNIQ_KEY": "7F000001000000000000000A"}
         sent = raw.send_message("TopicTxFirst", b"h", props, group="PG_FIRST", sys_flag=4)
         assert sent.code == 0
-        end = raw.request(
-            RequestCode.END_TRANSACTION,
-            {
-                "producerGroup": "PG_FIRST",
-                "tranStateTableOffset": sent.ext_fields["queueOffset"],
-                "commitLogOffset": parse_offset_msg_id(sent.ext_fields["msgId"])[1],
-                "commitOrRollback": 8,
-                "msgId": sent.ext_fields["msgId"],
-                "fromTransactionCheck": "false",
-            },
-        )
+        end = _end_sent(raw, "PG_FIRST", sent)
         assert end.code == ResponseCode.SUCCESS
         early = raw.topic_names()
         early_pull = raw.pull(half_topic, 0, 0, suspend_ms=0).code
