@@ -219,9 +219,10 @@ def all_producers(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingC
 
 
 def _topics_of_group(store: MessageStore, group: str) -> list[str]:
-    """ConsumerOffsetManager.whichTopicByConsumer."""
+    """ConsumerOffsetManager.whichTopicByConsumer, in its HashSet's order (so
+    brokerConsumeStats lists a group's %RETRY% topic where RocketMQ does)."""
     suffix = f"@{group}"
-    return [k[: -len(suffix)] for k in store.offsets.table if k.endswith(suffix)]
+    return hash_map_order(k[: -len(suffix)] for k in store.offsets.table if k.endswith(suffix))
 
 
 def _consume_stats(server: Broker, group: str, topic: str, queues: int) -> dict[str, Any]:
