@@ -299,16 +299,18 @@ class TransactionCheckService:
         store = self.server.store
         assert store is not None
         # stored without a topic config, as RocketMQ's bridge writes it: the op topic is
-        # never a topic (no route, a pull is TOPIC_NOT_EXIST)
+        # never a topic (no route, a pull is TOPIC_NOT_EXIST); its properties are those
+        # of a new Message(topic, "d", body): WAIT true, then the tag
         store.put(
             MessageExt(
                 topic=TRANS_OP_HALF_TOPIC,
                 queue_id=0,
                 body=str(queue_offset).encode(),
-                properties={Prop.TAGS: REMOVE_TAG},
+                properties={Prop.WAIT: "true", Prop.TAGS: REMOVE_TAG},
                 born_timestamp=int(time.time() * 1000),
                 born_host=store.store_host,
-            )
+            ),
+            keep_wait=True,
         )
         self._done(queue_offset)
 

@@ -636,7 +636,9 @@ def test_committed_message_is_stored_once_with_its_half_offset(
         assert half.sys_flag & 0xC == 0  # stored as not transactional (parseHalfMessageInner)
         assert half.properties["REAL_TOPIC"] == topic
         assert op.topic == "RMQ_SYS_TRANS_OP_HALF_TOPIC"
-        assert (op.body, op.properties.get("TAGS")) == (str(half.queue_offset).encode(), "d")
+        assert op.body == str(half.queue_offset).encode()
+        # a new Message(topic, "d", body)'s properties: WAIT true first, then the tag
+        assert list(op.properties.items()) == [("WAIT", "true"), ("TAGS", "d")]
         assert raw.pull("RMQ_SYS_TRANS_OP_HALF_TOPIC", 0, 0, suspend_ms=0).code == (
             ResponseCode.TOPIC_NOT_EXIST
         )
