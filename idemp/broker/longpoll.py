@@ -2,7 +2,10 @@
 
 It is re-run as soon as a matching message lands in its queue, or when its suspend
 time is up; a re-run never suspends again. An idle consumer therefore costs one
-parked request per queue and no CPU.
+parked request per queue and no CPU. As RocketMQ's PullRequestHoldService, a check
+every 5 s (shortPollingTimeMills without long polling) also re-runs each held pull whose
+queue has grown past it, matching or not, so a consumer of some tags moves its offset
+past the others' messages within that time.
 """
 
 from __future__ import annotations
@@ -25,8 +28,9 @@ class HeldPull:
 
 
 class PullHoldService:
-    def __init__(self) -> None:
+    def __init__(self, max_offset: Callable[[str, int], int] | None = None) -> None:
         self._held: dict[tuple[str, int], list[HeldPull]] = {}
+        self.max_offset = max_offset
 
     def hold(self, pull: HeldPull, timeout_ms: int) -> None:
         key = (pull.topic, pull.queue_id)
@@ -60,6 +64,22 @@ class PullHoldService:
         for pull in list(held):
             if max_offset > pull.offset and (pull.codes is None or tags_code in pull.codes):
                 self._finish(pull)
+
+    def check(self) -> None:
+        """checkHoldRequest: re-run every held pull its queue has grown past (the store's
+        max offset; no tag is known here, and RocketMQ counts that as a match)."""
+        if self.max_offset is None:
+            return
+        for (topic, queue_id), held in list(self._held.items()):
+            newest = self.max_offset(topic, queue_id)
+            for pull in list(held):
+                if newest > pull.offset:
+                    self._finish(pull)
+
+    async def run(self, period_s: Callable[[], float]) -> None:
+        while True:
+            await asyncio.sleep(period_s())
+            self.check()
 
     def cancel_where(self, predicate: Callable[[HeldPull], bool]) -> None:
         """Drop held pulls (e.g. of a closed connection) without answering them."""

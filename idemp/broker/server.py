@@ -299,6 +299,7 @@ class BrokerServer:
         self.store.disk.check()  # before anything is accepted (RocketMQ: 1 s after start)
         self.namesrv = NamesrvState(self.store.root / "config" / "kvConfig.json")
         self.store.listeners.append(self.holds.arrived)
+        self.holds.max_offset = self.store.max_offset
         for module in (
             send,
             pull,
@@ -343,6 +344,7 @@ class BrokerServer:
             loop.create_task(self.scheduler.run()),
             loop.create_task(self.timer.run()),
             loop.create_task(self.transactions.run()),
+            loop.create_task(self.holds.run(self._hold_check_period)),
             loop.create_task(self._sample_stats()),
             loop.create_task(self._check_disk()),
         ]
@@ -488,6 +490,12 @@ class BrokerServer:
             await asyncio.sleep(self.config.flushIntervalCommitLog / 1000)
             if log_.flushed < log_.end:
                 await loop.run_in_executor(None, log_.fsync)
+
+    def _hold_check_period(self) -> float:
+        """PullRequestHoldService's wait between checks of the held pulls."""
+        if self.config.longPollingEnable:
+            return 5.0
+        return max(self.config.shortPollingTimeMills, 1) / 1000
 
     # --- events --------------------------------------------------------------------
     def on_connection_closed(self, conn: Connection) -> None:

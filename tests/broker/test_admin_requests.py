@@ -803,3 +803,22 @@ def test_broker_consume_stats_lists_groups_in_the_group_tables_order(
     ]
     listed = [name for entry in stats["consumeStatsList"] for name in entry]
     assert [name for name in listed if name in expected] == expected
+
+
+def test_broker_consume_stats_lists_a_groups_topics_in_its_hash_sets_order(
+    broker: BrokerProcess,
+) -> None:
+    """fetchAllConsumeStatsInBroker takes a group's topics from whichTopicByConsumer, a
+    HashSet: a group's %RETRY% topic comes before S1 however the offsets were committed
+    (seen with the Java client's consumers on RocketMQ 4.9.7)."""
+    group = "GC"
+    with RawClient(broker.broker_addr) as c:
+        assert c.create_group(group).code == 0
+        for topic in ("S1", f"%RETRY%{group}"):
+            assert c.create_topic(topic, 1).code == 0
+            commit = {"consumerGroup": group, "topic": topic, "queueId": 0, "commitOffset": 0}
+            assert c.request(RequestCode.UPDATE_CONSUMER_OFFSET, commit).code == 0
+        stats = _body(c.request(RequestCode.GET_BROKER_CONSUME_STATS, {"isOrder": "false"}))
+    (per_topic,) = [entry[group] for entry in stats["consumeStatsList"] if group in entry]
+    listed = [{queue["topic"] for queue, _ in s["offsetTable"]} for s in per_topic]
+    assert listed == [{f"%RETRY%{group}"}, {"S1"}]

@@ -472,16 +472,47 @@ def test_pull_long_polling_hold_and_wake(pull_topic: PullTopic) -> None:
         c.send(held)
         c.collect(QUIET_S)
         assert held.opaque not in c.responses  # held, not answered with 19
-        # a message that does not match the held pull's tags does not wake it
-        assert producer.send_message(T, b"p3", {"TAGS": "A"}).code == 0
+        t_sent = time.monotonic()
+        assert producer.send_message(T, b"p3", {"TAGS": "B"}).code == 0
+        r = c.wait_response(held.opaque, timeout=5.0)
+        assert time.monotonic() - t_sent < 2.0  # woken by the arrival, not the 15 s timer
+        assert _pull_row(r) == (0, "4")
+        assert [m.body for m in _msgs(r.body)] == [b"p3"]
+
+
+def test_a_held_pull_is_rerun_within_5_s_once_its_queue_grows_by_any_message(
+    pull_topic: PullTopic,
+) -> None:
+    """A message whose tag the held pull does not match does not wake it on arrival, but
+    PullRequestHoldService's check every 5 s re-runs each held pull whose queue has grown
+    past it (checkHoldRequest knows no tag, which counts as a match): the consumer hears
+    NO_MATCHED_MESSAGE and moves its offset past the message, long before its 15 s are
+    up. Seen against RocketMQ 4.9.7; idemp held the pull the whole 15 s."""
+    T = pull_topic.name
+    with pull_topic.connect() as c, pull_topic.connect() as producer:
+        held = c.command(
+            RequestCode.PULL_MESSAGE,
+            {
+                "consumerGroup": "G_LP_TICK",
+                "topic": T,
+                "queueId": 0,
+                "queueOffset": 3,
+                "maxMsgNums": 32,
+                "sysFlag": PullSysFlag.SUSPEND | PullSysFlag.SUBSCRIPTION,
+                "commitOffset": 0,
+                "suspendTimeoutMillis": 15000,
+                "subscription": "B",
+                "subVersion": 0,
+            },
+        )
+        c.send(held)
         c.collect(QUIET_S)
         assert held.opaque not in c.responses
         t_sent = time.monotonic()
-        assert producer.send_message(T, b"p4", {"TAGS": "B"}).code == 0
-        r = c.wait_response(held.opaque, timeout=5.0)
-        assert time.monotonic() - t_sent < 2.0  # woken by the arrival, not the 15 s timer
-        assert _pull_row(r) == (0, "5")
-        assert [m.body for m in _msgs(r.body)] == [b"p4"]
+        assert producer.send_message(T, b"p3", {"TAGS": "A"}).code == 0
+        r = c.wait_response(held.opaque, timeout=10.0)
+        assert time.monotonic() - t_sent < 5.0 + 2.0  # the next check, with room for load
+        assert (_pull_row(r), r.remark, r.body) == ((20, "4"), "NO_MATCHED_MESSAGE", b"")
 
 
 def test_pull_hold_times_out_with_not_found(pull_topic: PullTopic) -> None:
