@@ -49,6 +49,13 @@ STORE_REFUSED = "Service not available now."
 RESUME_FAILED = "Exception was thrown when putting message back to RMQ_SYS_TRANS_HALF_TOPIC."
 RESUME_REFUSED = "Put message back to RMQ_SYS_TRANS_HALF_TOPIC failed."
 
+CHECK_GROUP = "CID_RMQ_SYS_TRANS"  # TransactionalMessageUtil.buildConsumerGroup
+MAX_PROCESS_TIME_MS = 60_000  # TransactionalMessageServiceImpl.MAX_PROCESS_TIME_LIMIT
+_PULL_STATUS = {  # TransactionalMessageBridge.getMessage: the store's status as a pull's
+    GetStatus.NO_MATCHED_MESSAGE: "NO_MATCHED_MSG",
+    GetStatus.NO_MESSAGE_IN_QUEUE: "NO_NEW_MSG",
+    GetStatus.OFFSET_OVERFLOW_ONE: "NO_NEW_MSG",
+}
 FILE_RESERVED_MS = 72 * 3600 * 1000  # MessageStoreConfig.fileReservedTime's default
 COMMIT = MessageSysFlag.TRANSACTION_COMMIT
 ROLLBACK = MessageSysFlag.TRANSACTION_ROLLBACK
@@ -143,15 +150,6 @@ def _put_copy(
     )
     store.put(copy, keep_wait=True)
     return copy
-
-
-CHECK_GROUP = "CID_RMQ_SYS_TRANS"  # TransactionalMessageUtil.buildConsumerGroup
-MAX_PROCESS_TIME_MS = 60_000  # TransactionalMessageServiceImpl.MAX_PROCESS_TIME_LIMIT
-_PULL_STATUS = {  # TransactionalMessageBridge.getMessage: the store's status as a pull's
-    GetStatus.NO_MATCHED_MESSAGE: "NO_MATCHED_MSG",
-    GetStatus.NO_MESSAGE_IN_QUEUE: "NO_NEW_MSG",
-    GetStatus.OFFSET_OVERFLOW_ONE: "NO_NEW_MSG",
-}
 
 
 @dataclass(slots=True)
