@@ -450,27 +450,33 @@ def test_pull_status_table(pull_topic: PullTopic) -> None:
         assert unknown.remark == f"topic[NoSuchTopicP] not exist, apply first please! {FAQ}"
 
 
+def _hold_pull_for_b(c: RawClient, topic: str, group: str) -> RemotingCommand:
+    """A pull of tag B at queue 0's end (offset 3) that may be held 15 s; sent, and given
+    QUIET_S to be held."""
+    held = c.command(
+        RequestCode.PULL_MESSAGE,
+        {
+            "consumerGroup": group,
+            "topic": topic,
+            "queueId": 0,
+            "queueOffset": 3,
+            "maxMsgNums": 32,
+            "sysFlag": PullSysFlag.SUSPEND | PullSysFlag.SUBSCRIPTION,
+            "commitOffset": 0,
+            "suspendTimeoutMillis": 15000,
+            "subscription": "B",
+            "subVersion": 0,
+        },
+    )
+    c.send(held)
+    c.collect(QUIET_S)
+    return held
+
+
 def test_pull_long_polling_hold_and_wake(pull_topic: PullTopic) -> None:
     T = pull_topic.name
     with pull_topic.connect() as c, pull_topic.connect() as producer:
-        suspend = PullSysFlag.SUSPEND | PullSysFlag.SUBSCRIPTION
-        held = c.command(
-            RequestCode.PULL_MESSAGE,
-            {
-                "consumerGroup": "G_LP",
-                "topic": T,
-                "queueId": 0,
-                "queueOffset": 3,
-                "maxMsgNums": 32,
-                "sysFlag": suspend,
-                "commitOffset": 0,
-                "suspendTimeoutMillis": 15000,
-                "subscription": "B",
-                "subVersion": 0,
-            },
-        )
-        c.send(held)
-        c.collect(QUIET_S)
+        held = _hold_pull_for_b(c, T, "G_LP")
         assert held.opaque not in c.responses  # held, not answered with 19
         t_sent = time.monotonic()
         assert producer.send_message(T, b"p3", {"TAGS": "B"}).code == 0
@@ -490,23 +496,7 @@ def test_a_held_pull_is_rerun_within_5_s_once_its_queue_grows_by_any_message(
     up. Seen against RocketMQ 4.9.7; idemp held the pull the whole 15 s."""
     T = pull_topic.name
     with pull_topic.connect() as c, pull_topic.connect() as producer:
-        held = c.command(
-            RequestCode.PULL_MESSAGE,
-            {
-                "consumerGroup": "G_LP_TICK",
-                "topic": T,
-                "queueId": 0,
-                "queueOffset": 3,
-                "maxMsgNums": 32,
-                "sysFlag": PullSysFlag.SUSPEND | PullSysFlag.SUBSCRIPTION,
-                "commitOffset": 0,
-                "suspendTimeoutMillis": 15000,
-                "subscription": "B",
-                "subVersion": 0,
-            },
-        )
-        c.send(held)
-        c.collect(QUIET_S)
+        held = _hold_pull_for_b(c, T, "G_LP_TICK")
         assert held.opaque not in c.responses
         t_sent = time.monotonic()
         assert producer.send_message(T, b"p3", {"TAGS": "A"}).code == 0
