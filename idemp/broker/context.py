@@ -56,7 +56,7 @@ class Broker(Protocol):
     acl: PlainAcl | None  # aclEnable=true: the accounts in force (acl_admin changes them)
     tls: ServerTls  # tls.server.mode and the certificate, for every listener
     config_version: int  # bumped by UPDATE_BROKER_CONFIG (GET_BROKER_CONFIG's version)
-    transactions: Any  # transaction.TransactionCheckService, owned by that handler module
+    transactions: Any  # halfcheck.TransactionCheckService
     scheduler: Any  # schedule.ScheduleService (its ``progress``: delay level → offset)
     registrar: Any  # registrar.Registrar when the broker registers with other nameservers
     opaques: Iterator[int]  # the opaques of the broker's own requests to other servers

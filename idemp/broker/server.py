@@ -33,6 +33,7 @@ from .clients import ClientManager
 from .config import BrokerConfig
 from .context import Handler
 from .diskguard import CHECK_INTERVAL_S
+from .halfcheck import TransactionCheckService
 from .kvconfig import NamesrvState
 from .locks import LockManager
 from .longpoll import PullHoldService
@@ -338,7 +339,7 @@ class BrokerServer:
         await self._start_fast_port(bind, asked_port)
         self.scheduler = schedule.ScheduleService(self)
         self.timer = TimerService(self)
-        self.transactions = transaction.TransactionCheckService(self)
+        self.transactions = TransactionCheckService(self)
         self._tasks = [
             loop.create_task(self._housekeeping()),
             loop.create_task(self.scheduler.run()),

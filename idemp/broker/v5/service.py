@@ -26,10 +26,10 @@ from idemp.remoting.message import MessageExt, MessageFormatError
 from idemp.remoting.sql92 import SelectorError, compile_selector
 
 from ..diskguard import DiskFull
+from ..halfcheck import STORE_REFUSED
 from ..metadata import Perm, grpc_group_error, grpc_topic_error
 from ..store import TIMER_DELIVER_MS, TIMER_TOPIC
 from ..timer import delete_key
-from ..transaction import STORE_REFUSED
 from .cluster import ClusterView
 from .convert import SYSTEM_KEYS, message_type_of, timestamp, to_proto, to_stored
 from .pop import HandleError, MalformedHandle, PopService, Receipt
