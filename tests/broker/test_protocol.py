@@ -1285,6 +1285,7 @@ def test_auto_creation_turned_off_at_run_time_keeps_tbw102_and_takes_its_inherit
     switched off, TBW102 stays (its route too) but a send naming it sets its perm to
     read+write, without the inherit bit; switched on again, auto-creation still fails,
     until TBW102 is given its perm back. Measured on RocketMQ 4.9.7."""
+    broker = make_broker(autoCreateTopicEnable="true")
 
     def tbw102(c: RawClient) -> tuple[int, int]:
         table = json.loads(c.request(RequestCode.GET_ALL_TOPIC_CONFIG, {}).body)
@@ -1296,7 +1297,6 @@ def test_auto_creation_turned_off_at_run_time_keeps_tbw102_and_takes_its_inherit
     def send(c: RawClient, topic: str) -> int:
         return c.send_message(topic, b"x", extra={"defaultTopicQueueNums": 4}).code
 
-    broker = make_broker(autoCreateTopicEnable="true")
     with RawClient(broker.broker_addr) as c:
         assert send(c, "AutoBefore") == ResponseCode.SUCCESS
         assert c.update_broker_config(autoCreateTopicEnable="false").code == 0
