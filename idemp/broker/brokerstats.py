@@ -56,6 +56,12 @@ SNDBCK_PUT_NUMS = "SNDBCK_PUT_NUMS"
 BROKER_PUT_NUMS = "BROKER_PUT_NUMS"
 BROKER_GET_NUMS = "BROKER_GET_NUMS"
 GROUP_GET_LATENCY = "GROUP_GET_LATENCY"
+# per queue (enableDetailStat, on by default); RocketMQ 4.9.7 counts only the schedule
+# topic's queues: puts as sends and send-backs are delayed, gets as they come due
+QUEUE_PUT_NUMS = "QUEUE_PUT_NUMS"
+QUEUE_PUT_SIZE = "QUEUE_PUT_SIZE"
+QUEUE_GET_NUMS = "QUEUE_GET_NUMS"
+QUEUE_GET_SIZE = "QUEUE_GET_SIZE"
 
 
 def _now_ms() -> int:

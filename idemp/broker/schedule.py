@@ -13,7 +13,7 @@ from idemp.remoting import MessageExt
 from idemp.remoting.codes import SCHEDULE_TOPIC, Prop
 from idemp.waiting import within
 
-from .brokerstats import GROUP_GET_NUMS, GROUP_GET_SIZE
+from .brokerstats import GROUP_GET_NUMS, GROUP_GET_SIZE, QUEUE_GET_NUMS, QUEUE_GET_SIZE
 from .send import count_put
 
 if TYPE_CHECKING:
@@ -108,7 +108,7 @@ class ScheduleService:
     def _restore(self, msg: MessageExt) -> None:
         """Re-store ``msg``, counted as ScheduleMessageService's PutResultProcess counts it
         (enableScheduleMessageStats): a put into the real topic (statsAll's InTPS and
-        24-hour count), and a get of SCHEDULE_TOPIC_XXXX by SCHEDULE_CONSUMER."""
+        24-hour count), and a get of SCHEDULE_TOPIC_XXXX (and of its queue) by SCHEDULE_CONSUMER."""
         store = self.server.store
         assert store is not None
         put = restore_real(store, msg, "schedule")
@@ -118,6 +118,9 @@ class ScheduleService:
         count_put(self.server, put.topic, 1, size)
         store.stats.add(GROUP_GET_NUMS, f"{SCHEDULE_TOPIC}@{SCHEDULE_CONSUMER}", 1)
         store.stats.add(GROUP_GET_SIZE, f"{SCHEDULE_TOPIC}@{SCHEDULE_CONSUMER}", size)
+        queue_key = f"{SCHEDULE_TOPIC}@{msg.queue_id}@{SCHEDULE_CONSUMER}"
+        store.stats.add(QUEUE_GET_NUMS, queue_key, 1)
+        store.stats.add(QUEUE_GET_SIZE, queue_key, size)
 
     async def run(self) -> None:
         store = self.server.store

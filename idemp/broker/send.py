@@ -26,12 +26,19 @@ from idemp.remoting.message import (
 )
 from idemp.remoting.msgid import offset_msg_id
 
-from .brokerstats import BROKER_PUT_NUMS, SNDBCK_PUT_NUMS, TOPIC_PUT_NUMS, TOPIC_PUT_SIZE
+from .brokerstats import (
+    BROKER_PUT_NUMS,
+    QUEUE_PUT_NUMS,
+    QUEUE_PUT_SIZE,
+    SNDBCK_PUT_NUMS,
+    TOPIC_PUT_NUMS,
+    TOPIC_PUT_SIZE,
+)
 from .metadata import TopicConfig, dlq_topic, retry_topic, topic_error
 
 if TYPE_CHECKING:
     from .context import Broker, Handler, HandlerResult, Peer
-    from .store import MessageStore
+    from .store import MessageStore, PutResult
 
 FAQ = "\nSee http://rocketmq.apache.org/docs/faq/ for further details."
 V3_4_9 = 121
@@ -249,6 +256,8 @@ def send_message(server: Broker, conn: Peer, request: RemotingCommand) -> Handle
     # counted under the topic stored in, as SendMessageProcessor counts its msgInner after
     # the store renamed it: SCHEDULE_TOPIC_XXXX for a delay, the half topic for a half
     count_put(server, result.topic, 1, result.end - result.commit_log_offset)
+    if result.topic == SCHEDULE_TOPIC:
+        count_schedule_put(server, result)
     response = request.response(
         ResponseCode.SUCCESS,
         ext_fields={
@@ -287,6 +296,15 @@ def count_put(server: Broker, topic: str, n: int, size: int) -> None:
         stats.add(TOPIC_PUT_NUMS, topic, n)
         stats.add(TOPIC_PUT_SIZE, topic, size)
         stats.add(BROKER_PUT_NUMS, server.config.brokerClusterName, n)
+
+
+def count_schedule_put(server: Broker, result: PutResult) -> None:
+    """QUEUE_PUT_*: SendMessageProcessor counts a queue's put only for the schedule topic."""
+    store = server.store
+    assert store is not None
+    key = f"{result.topic}@{result.queue_id}"
+    store.stats.add(QUEUE_PUT_NUMS, key, 1)
+    store.stats.add(QUEUE_PUT_SIZE, key, result.end - result.commit_log_offset)
 
 
 def _after_flush(server: Broker, response: RemotingCommand, end: int) -> HandlerResult:
@@ -445,6 +463,7 @@ def send_back(server: Broker, conn: Peer, cmd: RemotingCommand) -> HandlerResult
     if result.topic == SCHEDULE_TOPIC:  # consumerSendMsgBack counts a delayed one's put
         store.stats.add(TOPIC_PUT_NUMS, result.topic, 1)
         store.stats.add(TOPIC_PUT_SIZE, result.topic, result.end - result.commit_log_offset)
+        count_schedule_put(server, result)
     back_topic = msg.properties.get(Prop.RETRY_TOPIC) or msg.topic
     store.stats.add(SNDBCK_PUT_NUMS, f"{back_topic}@{group}", 1)
     return _after_flush(server, cmd.response(ResponseCode.SUCCESS), result.end)

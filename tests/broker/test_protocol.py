@@ -1073,6 +1073,58 @@ def test_puts_are_counted_under_the_topic_stored_in_and_a_due_delay_under_its_ow
         assert due.code == ResponseCode.SUCCESS
 
 
+def test_queue_stats_count_only_the_schedule_topics_queues(broker: BrokerProcess) -> None:
+    """BrokerStatsManager's QUEUE_* items (kept with enableDetailStat, on by default):
+    SendMessageProcessor counts a queue's put only for SCHEDULE_TOPIC_XXXX (key
+    ``topic@queue``, the queue being the level - 1; a delayed send-back too), and ScheduleMessageService a get of
+    that queue by SCHEDULE_CONSUMER when the message is due (``topic@queue@group``); no
+    other topic's queues, and no pull, are counted. Seen against RocketMQ 4.9.7."""
+    topic = "TopicQueueStats"
+
+    def found(c: RawClient, name: str, key: str) -> bool:
+        r = c.request(RequestCode.VIEW_BROKER_STATS_DATA, {"statsName": name, "statsKey": key})
+        if r.code != ResponseCode.SUCCESS:
+            assert r.remark == f"The stats <{name}> <{key}> not exist"
+        return r.code == ResponseCode.SUCCESS
+
+    with RawClient(broker.broker_addr) as c:
+        assert c.create_topic(topic, 1).code == 0
+        now = c.send_message(topic, b"now")
+        assert now.code == 0
+        assert c.send_message(topic, b"later", {"DELAY": "2"}).code == 0  # 5 s
+        back = c.request(  # a first retry: delay level 3 (10 s), queue 2
+            RequestCode.CONSUMER_SEND_MSG_BACK,
+            {
+                "offset": parse_offset_msg_id(now.ext_fields["msgId"])[1],
+                "group": "GQueueStats",
+                "delayLevel": 0,
+                "originMsgId": now.ext_fields["msgId"],
+                "originTopic": topic,
+                "unitMode": "false",
+                "maxReconsumeTimes": 16,
+            },
+        )
+        assert back.code == ResponseCode.SUCCESS
+        assert found(c, "QUEUE_PUT_NUMS", "SCHEDULE_TOPIC_XXXX@2")
+        assert found(c, "QUEUE_PUT_NUMS", "SCHEDULE_TOPIC_XXXX@1")
+        assert found(c, "QUEUE_PUT_SIZE", "SCHEDULE_TOPIC_XXXX@1")
+        assert not found(c, "QUEUE_PUT_NUMS", f"{topic}@0")
+        assert not found(c, "QUEUE_GET_NUMS", "SCHEDULE_TOPIC_XXXX@1@SCHEDULE_CONSUMER")
+        deadline = time.monotonic() + 15
+        while c.max_offset(topic) < 2:
+            assert time.monotonic() < deadline, "the delayed message never came due"
+            time.sleep(0.1)  # polling the queue; bounded by the deadline
+        # RocketMQ counts in the put's callback: the count may trail the message a moment
+        while not found(c, "QUEUE_GET_NUMS", "SCHEDULE_TOPIC_XXXX@1@SCHEDULE_CONSUMER"):
+            assert time.monotonic() < deadline, "the due message's get was never counted"
+            time.sleep(0.05)  # polling the counter; bounded by the deadline
+        assert found(c, "QUEUE_GET_SIZE", "SCHEDULE_TOPIC_XXXX@1@SCHEDULE_CONSUMER")
+        assert not found(c, "QUEUE_PUT_NUMS", f"{topic}@0")
+        pulled = c.pull(topic, 0, 0, group="GQueueStats")
+        assert pulled.code == ResponseCode.SUCCESS
+        assert not found(c, "QUEUE_GET_NUMS", f"{topic}@0@GQueueStats")
+
+
 @pytest.mark.idemp_only("departs on purpose: RocketMQ 4.9.7 answers with its JavaCC parser's text")
 def test_an_sql92_expression_that_does_not_parse_is_refused_saying_where(
     make_broker: Callable[..., BrokerProcess],
