@@ -143,7 +143,9 @@ def reset_offset(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingCo
     c_body = dumps(
         {"offsetTable": [{**k, "offset": v} for k, v in offsets]}
     ).encode()  # ResetOffsetBodyForC, for a C++ admin
-    header = {"topic": topic, "group": group, "timestamp": str(timestamp)}
+    # Broker2Client.resetOffset never sets isForce, so the header carries false whatever
+    # the request said; a C++ consumer reads the field and exits when it is missing
+    header = {"topic": topic, "group": group, "timestamp": str(timestamp), "isForce": "false"}
     is_c = cmd.language == "CPP"
     for chan in info.channels.values():
         if chan.version < V3_0_7:
@@ -157,17 +159,25 @@ def reset_offset(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingCo
     return cmd.response(ResponseCode.SUCCESS, UNSET_RESPONSE_REMARK, body=java_body)
 
 
+# Broker2Client.getConsumeStatus reads the group's channels without a null check: a group
+# with no consumer online fails there, and the processor answers with the exception (its
+# text and first frame; this text is Java 17's, which RocketMQ runs on here)
+NO_GROUP_INFO = (
+    'java.lang.NullPointerException: Cannot invoke "org.apache.rocketmq.broker.client.'
+    'ConsumerGroupInfo.getChannelInfoTable()" because the return value of "org.apache.'
+    'rocketmq.broker.client.ConsumerManager.getConsumerGroupInfo(String)" is null, '
+    "org.apache.rocketmq.broker.client.net.Broker2Client.getConsumeStatus(Broker2Client.java:243)"
+)
+
+
 async def consumer_status(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingCommand:
     """Broker2Client.getConsumeStatus: each online client's offsets for the topic."""
     cmd.require("topic", "group")
     topic, group = cmd.ext_fields["topic"], cmd.ext_fields["group"]
     only = cmd.ext_fields.get("clientAddr") or ""
     info = server.clients.consumers.get(group)
-    if info is None or not info.channels:
-        return cmd.response(
-            ResponseCode.SYSTEM_ERROR,
-            f"No Any Consumer online in the consumer group: [{group}]",
-        )
+    if info is None or not info.channels:  # RocketMQ drops a group with its last channel
+        return cmd.response(ResponseCode.SYSTEM_ERROR, NO_GROUP_INFO)
     table: dict[str, str] = {}  # clientId -> its messageQueueTable, as JSON text
     for chan in list(info.channels.values()):
         if only and only != chan.client_id:

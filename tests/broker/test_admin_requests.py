@@ -822,3 +822,56 @@ def test_broker_consume_stats_lists_a_groups_topics_in_its_hash_sets_order(
     (per_topic,) = [entry[group] for entry in stats["consumeStatsList"] if group in entry]
     listed = [{queue["topic"] for queue, _ in s["offsetTable"]} for s in per_topic]
     assert listed == [{f"%RETRY%{group}"}, {"S1"}]
+
+
+def test_a_reset_pushed_to_consumers_says_is_force_false(broker: BrokerProcess) -> None:
+    """Broker2Client.resetOffset builds the consumers' RESET_CONSUMER_CLIENT_OFFSET header
+    without setting isForce, so it carries false whatever the admin asked; the C++ client
+    reads the field, and its process died on idemp's header, which lacked it."""
+    with RawClient(broker.broker_addr) as consumer, RawClient(broker.broker_addr) as admin:
+        assert consumer.heartbeat("127.0.0.1@reset-force", ["GResetForce"], topic=TOPIC).code == 0
+        for qid in (0, 1):  # a reset needs the group's offset on every queue
+            commit = {"consumerGroup": "GResetForce", "topic": TOPIC, "queueId": qid}
+            commit["commitOffset"] = 1
+            assert admin.request(RequestCode.UPDATE_CONSUMER_OFFSET, commit).code == 0
+        reset = admin.request(
+            RequestCode.INVOKE_BROKER_TO_RESET_OFFSET,
+            {"topic": TOPIC, "group": "GResetForce", "timestamp": 0, "isForce": "true"},
+        )
+        assert reset.code == ResponseCode.SUCCESS
+        pushed = consumer.wait_pushed(
+            lambda cmd: cmd.code == RequestCode.RESET_CONSUMER_CLIENT_OFFSET, 10
+        )
+    assert pushed.ext_fields == {
+        "topic": TOPIC,
+        "group": "GResetForce",
+        "timestamp": "0",
+        "isForce": "false",
+    }
+
+
+def test_consumer_status_of_a_group_with_no_consumer_online(broker: BrokerProcess) -> None:
+    """Broker2Client.getConsumeStatus reads the group's channels without a null check, and
+    a group goes with its last connection: an unknown group and one whose consumer left
+    both get the NullPointerException's text (Java 17's) and where it was thrown."""
+    npe = (
+        'java.lang.NullPointerException: Cannot invoke "org.apache.rocketmq.broker.client.'
+        'ConsumerGroupInfo.getChannelInfoTable()" because the return value of "org.apache.'
+        'rocketmq.broker.client.ConsumerManager.getConsumerGroupInfo(String)" is null, '
+        "org.apache.rocketmq.broker.client.net.Broker2Client.getConsumeStatus"
+        "(Broker2Client.java:243)"
+    )
+    with RawClient(broker.broker_addr) as consumer:
+        assert consumer.heartbeat("127.0.0.1@status-gone", ["GStatusGone"], topic=TOPIC).code == 0
+    with RawClient(broker.broker_addr) as admin:
+        for group in ("GStatusNobody", "GStatusGone"):
+            deadline = time.monotonic() + 10
+            while True:  # the closed connection is noticed by the broker's channel event
+                r = admin.request(
+                    RequestCode.INVOKE_BROKER_TO_GET_CONSUMER_STATUS,
+                    {"topic": TOPIC, "group": group},
+                )
+                if r.remark == npe or time.monotonic() > deadline:
+                    break
+                time.sleep(0.05)  # polling for the channel's close; bounded by the deadline
+            assert (group, r.code, r.remark) == (group, ResponseCode.SYSTEM_ERROR, npe)

@@ -1076,9 +1076,10 @@ def test_puts_are_counted_under_the_topic_stored_in_and_a_due_delay_under_its_ow
 def test_queue_stats_count_only_the_schedule_topics_queues(broker: BrokerProcess) -> None:
     """BrokerStatsManager's QUEUE_* items (kept with enableDetailStat, on by default):
     SendMessageProcessor counts a queue's put only for SCHEDULE_TOPIC_XXXX (key
-    ``topic@queue``, the queue being the level - 1; a delayed send-back too), and ScheduleMessageService a get of
-    that queue by SCHEDULE_CONSUMER when the message is due (``topic@queue@group``); no
-    other topic's queues, and no pull, are counted. Seen against RocketMQ 4.9.7."""
+    ``topic@queue``, the queue being the level - 1; a delayed send-back's too), and
+    ScheduleMessageService a get of that queue by SCHEDULE_CONSUMER when the message is
+    due (``topic@queue@group``); no other topic's queues, and no pull, are counted. Seen
+    against RocketMQ 4.9.7."""
     topic = "TopicQueueStats"
 
     def found(c: RawClient, name: str, key: str) -> bool:
