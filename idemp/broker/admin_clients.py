@@ -15,14 +15,15 @@ from typing import TYPE_CHECKING, Any
 from idemp.remoting import RemotingCommand, RequestCode, ResponseCode
 from idemp.remoting.codes import UNSET_RESPONSE_REMARK
 from idemp.remoting.jsonlenient import ObjectKeyMap, dumps, mq
+from idemp.remoting.mqversion import ordinal, version_desc
 from idemp.remoting.msgid import parse_offset_msg_id
 
 if TYPE_CHECKING:
     from .clients import ClientChannel
     from .context import Broker, Handler, Peer
 
-V3_0_7 = 59  # MQVersion.Version.V3_0_7_SNAPSHOT.ordinal(): oldest client that can reset
-V3_1_8 = 83  # V3_1_8_SNAPSHOT: oldest client that answers running-info requests
+V3_0_7 = ordinal("V3_0_7_SNAPSHOT")  # oldest client that can reset (28)
+V3_1_8 = ordinal("V3_1_8_SNAPSHOT")  # oldest that answers running-info requests (62)
 
 
 def register(handlers: dict[int, Handler]) -> None:
@@ -51,7 +52,7 @@ async def _call_consumer(
     if chan.version < V3_1_8:
         return cmd.response(
             ResponseCode.SYSTEM_ERROR,
-            f"The Consumer <{client_id}> Version <{chan.version}> too low to finish, "
+            f"The Consumer <{client_id}> Version <{version_desc(chan.version)}> too low to finish, "
             "please upgrade it to V3_1_8_SNAPSHOT",
         )
     try:
@@ -151,7 +152,7 @@ def reset_offset(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingCo
         if chan.version < V3_0_7:
             return cmd.response(
                 ResponseCode.SYSTEM_ERROR,
-                f"the client does not support this feature. version={chan.version}",
+                "the client does not support this feature. version=" + version_desc(chan.version),
             )
         chan.channel.send_request_oneway(
             RequestCode.RESET_CONSUMER_CLIENT_OFFSET, header, c_body if is_c else java_body

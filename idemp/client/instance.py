@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 from idemp.remoting import MessageExt, RemotingCommand, RequestCode, ResponseCode
 from idemp.remoting.acl import is_acl_refusal
+from idemp.remoting.mqversion import version_desc
 
 from . import running_info
 from .loop import LoopThread
@@ -359,7 +360,7 @@ class ClientInstance:
             body = running_info.encode(
                 consumer.running_info(),
                 self.settings.namesrv_addr,
-                running_info.version_desc(self.settings.version),
+                version_desc(self.settings.version),
                 cmd.ext_fields.get("jstackEnable") == "true",
             )
             return cmd.response(ResponseCode.SUCCESS, body=body)

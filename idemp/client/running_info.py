@@ -29,11 +29,6 @@ PROP_CLIENT_VERSION = "PROP_CLIENT_VERSION"
 PROP_CONSUMER_START_TIMESTAMP = "PROP_CONSUMER_START_TIMESTAMP"
 
 
-def version_desc(ordinal: int) -> str:
-    """MQVersion.getVersionDesc for the version idemp's client announces (407)."""
-    return "V4_9_7" if ordinal == 407 else f"V{ordinal}"
-
-
 def epoch_ms(monotonic: float) -> int:
     """A ``time.monotonic()`` reading as wall-clock milliseconds."""
     return int((time.time() - (time.monotonic() - monotonic)) * 1000)

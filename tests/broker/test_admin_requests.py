@@ -875,3 +875,50 @@ def test_consumer_status_of_a_group_with_no_consumer_online(broker: BrokerProces
                     break
                 time.sleep(0.05)  # polling for the channel's close; bounded by the deadline
             assert (group, r.code, r.remark) == (group, ResponseCode.SYSTEM_ERROR, npe)
+
+
+def test_clients_are_gated_by_rocketmqs_version_ordinals(broker: BrokerProcess) -> None:
+    """AdminBrokerProcessor.callConsumer asks a consumer from V3_1_8_SNAPSHOT (62) on, and
+    Broker2Client.resetOffset resets one from V3_0_7_SNAPSHOT (28) on, naming the version
+    of one it cannot. idemp had the ordinals as 83 and 59, so it refused the C++ client
+    2.0 (63, V3_1_8) running-info and consume-directly requests."""
+    group = "GVersionGate"
+    for version, asked in ((61, False), (62, True)):
+        client_id = f"127.0.0.1@version-{version}"
+        with RawClient(broker.broker_addr, version=version) as consumer:
+            assert consumer.heartbeat(client_id, [group], topic=TOPIC).code == 0
+            with RawClient(broker.broker_addr) as admin:
+                ask = {"consumerGroup": group, "clientId": client_id, "jstackEnable": "false"}
+                if asked:
+                    admin.send(admin.command(RequestCode.GET_CONSUMER_RUNNING_INFO, ask))
+                    consumer.wait_pushed(
+                        lambda cmd: cmd.code == RequestCode.GET_CONSUMER_RUNNING_INFO, 10
+                    )
+                else:
+                    r = admin.request(RequestCode.GET_CONSUMER_RUNNING_INFO, ask)
+                    assert (r.code, r.remark) == (
+                        ResponseCode.SYSTEM_ERROR,
+                        f"The Consumer <{client_id}> Version <V3_1_7> too low to finish, "
+                        "please upgrade it to V3_1_8_SNAPSHOT",
+                    )
+    for version, pushed in ((27, False), (28, True)):
+        group = f"GVersionReset{version}"  # a group of its own: no earlier channel in it
+        reset = {"topic": TOPIC, "group": group, "timestamp": 0, "isForce": "true"}
+        with RawClient(broker.broker_addr, version=version) as consumer:
+            assert consumer.heartbeat(f"127.0.0.1@reset-{version}", [group], topic=TOPIC).code == 0
+            with RawClient(broker.broker_addr) as admin:
+                for qid in (0, 1):  # a reset needs the group's offset on every queue
+                    commit = {"consumerGroup": group, "topic": TOPIC, "queueId": qid}
+                    commit["commitOffset"] = 1
+                    assert admin.request(RequestCode.UPDATE_CONSUMER_OFFSET, commit).code == 0
+                r = admin.request(RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, reset)
+            if pushed:
+                assert r.code == ResponseCode.SUCCESS
+                consumer.wait_pushed(
+                    lambda cmd: cmd.code == RequestCode.RESET_CONSUMER_CLIENT_OFFSET, 10
+                )
+            else:
+                assert (r.code, r.remark) == (
+                    ResponseCode.SYSTEM_ERROR,
+                    "the client does not support this feature. version=V3_0_6",
+                )
