@@ -221,7 +221,7 @@ def send_message(server: Broker, conn: Peer, request: RemotingCommand) -> Handle
         if gcfg is None:
             return request.response(
                 ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
-                f"subscription group not exist, {group}{FAQ}",
+                f"subscription group not exist, {group} {FAQ}",
             )
         max_times = gcfg.retryMaxTimes
         if request.version >= V3_4_9 and cmd.ext_fields.get("maxReconsumeTimes"):
@@ -419,7 +419,8 @@ def send_back(server: Broker, conn: Peer, cmd: RemotingCommand) -> HandlerResult
     gcfg = store.groups.find_or_create(group)
     if gcfg is None:
         return cmd.response(
-            ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group not exist, {group}{FAQ}"
+            ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+            f"subscription group not exist, {group} {FAQ}",
         )
     if not server.config.brokerPermission & Perm.WRITE:
         return cmd.response(
@@ -430,6 +431,10 @@ def send_back(server: Broker, conn: Peer, cmd: RemotingCommand) -> HandlerResult
         return cmd.response(ResponseCode.SUCCESS)
     topic = retry_topic(group)
     tcfg = store.topics.create_system(topic, gcfg.retryQueueNums, Perm.READ | Perm.WRITE)
+    if not tcfg.perm & Perm.WRITE:  # checked before the choice of retry or dead letter
+        return cmd.response(
+            ResponseCode.NO_PERMISSION, f"the topic[{topic}] sending message is forbidden"
+        )
     queue_id = random.randrange(gcfg.retryQueueNums)
     offset = cmd.field_int("offset")
     msg = store.lookup(offset)

@@ -1316,6 +1316,64 @@ def test_a_broker_without_write_permission_refuses_sends_to_order_topics_only(
             assert c.update_broker_config(brokerPermission=6).code == 0
 
 
+def _send_back(c: RawClient, stored: RemotingCommand, group: str, topic: str) -> RemotingCommand:
+    return c.request(
+        RequestCode.CONSUMER_SEND_MSG_BACK,
+        {
+            "offset": parse_offset_msg_id(stored.ext_fields["msgId"])[1],
+            "group": group,
+            "delayLevel": 0,
+            "originMsgId": stored.ext_fields["msgId"],
+            "originTopic": topic,
+            "unitMode": "false",
+            "maxReconsumeTimes": 16,
+        },
+    )
+
+
+def test_a_send_back_needs_its_retry_topic_writable(broker: BrokerProcess) -> None:
+    """consumerSendMsgBack refuses a send-back when the group's retry topic has no write
+    perm (before it decides between retry and dead letter), and stores nothing; the Java
+    client then sends the message to the retry topic itself, which msgCheck lets through.
+    idemp had stored the retry, so a consumer got one delivery more than on RocketMQ
+    4.9.7 before its dead letter."""
+    with RawClient(broker.broker_addr) as c:
+        assert c.create_topic("TopicBackPerm", 1).code == 0
+        assert c.create_topic("%RETRY%GBackPerm", 1, perm=4).code == 0
+        stored = c.send_message("TopicBackPerm", b"m")
+        assert stored.code == 0
+        back = _send_back(c, stored, "GBackPerm", "TopicBackPerm")
+        assert (back.code, back.remark) == (
+            ResponseCode.NO_PERMISSION,
+            "the topic[%RETRY%GBackPerm] sending message is forbidden",
+        )
+        assert c.max_offset("%RETRY%GBackPerm") == 0
+        fallback = c.send_message("%RETRY%GBackPerm", b"m", queue_id=0)
+        assert fallback.code == ResponseCode.SUCCESS
+
+
+def test_an_unknown_group_is_named_as_rocketmq_names_it(
+    make_broker: Callable[..., BrokerProcess],
+) -> None:
+    """Without autoCreateSubscriptionGroup, a send-back and a send to a retry topic for a
+    group that does not exist: consumerSendMsgBack and handleRetryAndDLQ put a space
+    between the group and the FAQ tip."""
+    broker = make_broker(autoCreateSubscriptionGroup="false")
+    with RawClient(broker.broker_addr) as c:
+        assert c.create_topic("TopicNoGroup", 1).code == 0
+        stored = c.send_message("TopicNoGroup", b"m")
+        assert stored.code == 0
+        back = _send_back(c, stored, "GNoSuchGroup", "TopicNoGroup")
+        retry = c.send_message("%RETRY%GNoSuchGroup", b"m", queue_id=0)
+    expected = (
+        ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+        "subscription group not exist, GNoSuchGroup "
+        "\nSee http://rocketmq.apache.org/docs/faq/ for further details.",
+    )
+    assert (back.code, back.remark) == expected
+    assert (retry.code, retry.remark) == expected
+
+
 def test_a_send_to_a_retry_topic_not_yet_there_creates_it_from_the_default_topic(
     broker: BrokerProcess,
 ) -> None:
