@@ -21,7 +21,7 @@ from .metadata import (
     topic_error,
     topic_json,
 )
-from .namesrv import sync_order_topics
+from .namesrv import registered_one, sync_order_topics
 
 if TYPE_CHECKING:
     from .context import Broker, Handler, HandlerResult, Peer
@@ -150,6 +150,7 @@ def create_topic(server: Broker, conn: Peer, cmd: RemotingCommand) -> HandlerRes
     if mixed and not server.config.enableMixedMessageType:
         # RocketMQ 5.3.3's AdminBrokerProcessor, with its default enableMixedMessageType
         return cmd.response(ResponseCode.INVALID_PARAMETER, "MIXED message type is not supported.")
+    version_before = server.store.topics.version.counter
     server.store.topics.put(
         TopicConfig(
             topic,
@@ -163,6 +164,7 @@ def create_topic(server: Broker, conn: Peer, cmd: RemotingCommand) -> HandlerRes
         )
     )
     if server.config.embeddedNamesrv:  # the registration's answer, here at once
+        registered_one(server, version_before)
         sync_order_topics(server)
     done = cmd.response(ResponseCode.SUCCESS, UNSET_RESPONSE_REMARK)
     if server.registrar is not None:  # registerIncrementBrokerData: before the answer

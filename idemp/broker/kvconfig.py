@@ -29,6 +29,10 @@ class NamesrvState:
         # perm): topic -> (the topic's config then, the perm); RocketMQ's nameserver keeps
         # it until the broker registers that topic again (a new config replaces the object)
         self.route_perm: dict[str, tuple[object, int]] = {}
+        # the broker's topic table version those perms hold for: a registration of the
+        # whole table with a newer version (RouteInfoManager.registerBroker) rewrites
+        # every topic's queue data, and so the perms set here
+        self.route_perm_version = -1
         # topic -> the broker's topic table version when its route was deleted here
         self.deleted_routes: dict[str, int] = {}
         # NamesrvConfig + NettyServerConfig values changed by UPDATE_NAMESRV_CONFIG

@@ -222,7 +222,11 @@ def query_data_version(server: Broker, conn: Peer, cmd: RemotingCommand) -> Remo
 
 
 def _perm(server: Broker, tcfg: TopicConfig) -> int:
-    kept = server.namesrv.route_perm.get(tcfg.topicName)
+    ns = server.namesrv
+    assert server.store is not None
+    if ns.route_perm and ns.route_perm_version != server.store.topics.version.counter:
+        ns.route_perm.clear()  # the whole table registered again, with a newer version
+    kept = ns.route_perm.get(tcfg.topicName)
     if kept is not None and kept[0] is tcfg:
         return kept[1]
     return tcfg.perm & (server.config.brokerPermission | Perm.INHERIT | 8)
@@ -230,14 +234,28 @@ def _perm(server: Broker, tcfg: TopicConfig) -> int:
 
 def _set_route_perms(server: Broker, perm: Callable[[int], int]) -> int:
     """RouteInfoManager.operateWritePermOfBroker on this broker's queue data: each routed
-    topic's perm as ``perm`` makes it from the route's, kept until the topic changes."""
+    topic's perm as ``perm`` makes it from the route's. Kept until the topic is registered
+    again: alone when it is created or updated (``registered_one``), or with every topic
+    when anything else changes the broker's table (a topic created by a send or a
+    send-back, one deleted, an order flag, ``brokerPermission``), as RocketMQ's broker
+    registers its whole table then, at once or with its next periodic registration."""
     assert server.store is not None
-    count = 0
-    for name, tcfg in server.store.topics.topics.items():
-        if _routed(server, name):
-            server.namesrv.route_perm[name] = (tcfg, perm(_perm(server, tcfg)))
-            count += 1
-    return count
+    perms = {
+        name: (tcfg, perm(_perm(server, tcfg)))
+        for name, tcfg in server.store.topics.topics.items()
+        if _routed(server, name)
+    }
+    server.namesrv.route_perm.update(perms)
+    server.namesrv.route_perm_version = server.store.topics.version.counter
+    return len(perms)
+
+
+def registered_one(server: Broker, version_before: int) -> None:
+    """registerIncrementBrokerData: one topic registered with the table's new version; the
+    perms set on the others stay."""
+    assert server.store is not None
+    if server.namesrv.route_perm_version == version_before:
+        server.namesrv.route_perm_version = server.store.topics.version.counter
 
 
 def _routed(server: Broker, topic: str) -> bool:

@@ -772,6 +772,41 @@ def test_add_write_perm_sets_read_write_until_the_topic_registers_again(
         assert (perm(ns, "TopicPermRO"), perm(ns, "TopicPermRW")) == (4, 6)
 
 
+def test_route_perms_last_until_the_broker_registers_its_whole_table(
+    broker: BrokerProcess,
+) -> None:
+    """RouteInfoManager.registerBroker rewrites the queue data of every topic a broker
+    registers with a newer dataVersion, undoing wipeWritePerm. An updateTopic registers
+    its one topic (registerIncrementBrokerData), so the others keep the wipe; an update
+    of brokerPermission (with a new version) and a topic created by a send register the
+    whole table. idemp had kept the wipe through both."""
+
+    def perm(ns: RawClient, topic: str) -> int:
+        route = _body(ns.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic}))
+        return int(route["queueDatas"][0]["perm"])
+
+    def version(c: RawClient) -> int:
+        table = _body(c.request(RequestCode.GET_ALL_TOPIC_CONFIG, {}))
+        return int(table["dataVersion"]["counter"])
+
+    def wipe(ns: RawClient) -> None:
+        r = ns.request(RequestCode.WIPE_WRITE_PERM_OF_BROKER, {"brokerName": "broker-a"})
+        assert r.code == ResponseCode.SUCCESS
+
+    with RawClient(broker.broker_addr) as c, RawClient(broker.namesrv_addr) as ns:
+        assert c.create_topic("TopicWhole1", 2).code == 0
+        wipe(ns)
+        assert perm(ns, "TopicWhole1") == 4
+        before = version(c)
+        assert c.update_broker_config(brokerPermission=6).code == 0
+        assert (perm(ns, "TopicWhole1"), version(c)) == (6, before + 1)
+        wipe(ns)
+        assert c.create_topic("TopicWhole2", 2).code == 0
+        assert (perm(ns, "TopicWhole1"), perm(ns, "TopicWhole2")) == (4, 6)
+        assert c.send_message("TopicWholeAuto", b"x").code == ResponseCode.SUCCESS
+        assert (perm(ns, "TopicWhole1"), perm(ns, "TopicWhole2")) == (6, 6)
+
+
 def test_broker_consume_stats_lists_groups_in_the_group_tables_order(
     broker: BrokerProcess,
 ) -> None:
