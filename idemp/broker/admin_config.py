@@ -115,8 +115,8 @@ def _as_rocketmq_takes_it(cfg: BrokerConfig, key: str, raw: str) -> str | None:
 def update_config(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingCommand:
     if cmd.body:
         text = cmd.body.decode("utf-8", errors="replace")
-        given_keys = read_properties(text)
-        for key, given in given_keys.items():
+        props = read_properties(text)
+        for key, given in props.items():
             raw = _as_rocketmq_takes_it(server.config, key, given)
             if raw is None:
                 log.warning("updateBrokerConfig from %s: ignored %s=%s", conn.peer, key, given)
@@ -130,7 +130,7 @@ def update_config(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingC
         server.config_version += 1
         if server.store is not None:  # a new diskSpaceWarningLevelRatio applies at once
             server.store.disk.check()
-            if "brokerPermission" in given_keys:  # the table's version, and registered
+            if "brokerPermission" in props:  # a new dataVersion; the whole table registered
                 server.store.topics.changed()
         persist(server.config)
     return cmd.response(ResponseCode.SUCCESS)
