@@ -22,6 +22,12 @@ if TYPE_CHECKING:
     from .clients import ClientChannel
     from .context import Broker, Handler, Peer
 
+CALL_CLIENT_TIMEOUT_MS = 10_000  # Broker2Client.callClient: running info, consume directly
+TIMEOUT_EXCEPTION = "org.apache.rocketmq.remoting.exception.RemotingTimeoutException"
+INVOKE_SYNC_FRAME = (
+    "org.apache.rocketmq.remoting.netty.NettyRemotingAbstract.invokeSyncImpl"
+    "(NettyRemotingAbstract.java:439)"
+)
 V3_0_7 = ordinal("V3_0_7_SNAPSHOT")  # oldest client that can reset (28)
 V3_1_8 = ordinal("V3_1_8_SNAPSHOT")  # oldest that answers running-info requests (62)
 
@@ -56,11 +62,16 @@ async def _call_consumer(
             "please upgrade it to V3_1_8_SNAPSHOT",
         )
     try:
-        answer = await chan.channel.invoke(cmd.code, dict(cmd.ext_fields), body)
-    except asyncio.TimeoutError as exc:
+        answer = await chan.channel.invoke(
+            cmd.code, dict(cmd.ext_fields), body, timeout=CALL_CLIENT_TIMEOUT_MS / 1000
+        )
+    except asyncio.TimeoutError:
+        # RemotingHelper.exceptionSimpleDesc of the RemotingTimeoutException invokeSync throws
         return cmd.response(
             ResponseCode.CONSUME_MSG_TIMEOUT,
-            f"consumer <{group}> <{client_id}> Timeout: {exc!r}",
+            f"consumer <{group}> <{client_id}> Timeout: {TIMEOUT_EXCEPTION}: wait response on "
+            f"the channel <{chan.channel.peer}> timeout, {CALL_CLIENT_TIMEOUT_MS}(ms), "
+            f"{INVOKE_SYNC_FRAME}",
         )
     except Exception as exc:
         return cmd.response(

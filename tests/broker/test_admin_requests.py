@@ -957,3 +957,41 @@ def test_clients_are_gated_by_rocketmqs_version_ordinals(broker: BrokerProcess) 
                     ResponseCode.SYSTEM_ERROR,
                     "the client does not support this feature. version=V3_0_6",
                 )
+
+
+def test_a_consumer_that_never_answers_is_given_ten_seconds(broker: BrokerProcess) -> None:
+    """AdminBrokerProcessor.callConsumer waits Broker2Client.callClient's 10 s for the
+    client's answer (the C++ client 2.0 never answers a consume-directly request), then
+    answers CONSUME_MSG_TIMEOUT with the RemotingTimeoutException's text and first frame.
+    idemp had waited 5 s and written its own exception."""
+    client_id = "127.0.0.1@silent"
+    with RawClient(broker.broker_addr, language="CPP", version=63) as silent:
+        assert silent.heartbeat(client_id, ["GSilent"], topic=TOPIC).code == 0
+        stored = silent.send_message(TOPIC, b"direct")
+        assert stored.code == ResponseCode.SUCCESS
+        local = silent.sock.getsockname()
+        with RawClient(broker.broker_addr, timeout=30) as admin:
+            started = time.monotonic()
+            direct = admin.command(
+                RequestCode.CONSUME_MESSAGE_DIRECTLY,
+                {"consumerGroup": "GSilent", "clientId": client_id},
+            )
+            direct.ext_fields["msgId"] = stored.ext_fields["msgId"]
+            running = admin.command(
+                RequestCode.GET_CONSUMER_RUNNING_INFO,
+                {"consumerGroup": "GSilent", "clientId": client_id, "jstackEnable": "false"},
+            )
+            for request in (direct, running):
+                admin.send(request)
+            answers = [admin.wait_response(r.opaque, 30) for r in (direct, running)]
+            waited = time.monotonic() - started
+    timeout = (
+        f"consumer <GSilent> <{client_id}> Timeout: org.apache.rocketmq.remoting.exception."
+        f"RemotingTimeoutException: wait response on the channel <{local[0]}:{local[1]}> "
+        "timeout, 10000(ms), org.apache.rocketmq.remoting.netty.NettyRemotingAbstract."
+        "invokeSyncImpl(NettyRemotingAbstract.java:439)"
+    )
+    assert [(a.code, a.remark) for a in answers] == [
+        (ResponseCode.CONSUME_MSG_TIMEOUT, timeout)
+    ] * 2
+    assert waited >= 10.0  # both asked at once: each waited its full 10 s
