@@ -224,10 +224,13 @@ def query_data_version(server: Broker, conn: Peer, cmd: RemotingCommand) -> Remo
 def _perm(server: Broker, tcfg: TopicConfig) -> int:
     ns = server.namesrv
     assert server.store is not None
-    if ns.route_perm and ns.route_perm_version != server.store.topics.version.counter:
-        ns.route_perm.clear()  # the whole table registered again, with a newer version
     kept = ns.route_perm.get(tcfg.topicName)
-    if kept is not None and kept[0] is tcfg:
+    # void once the topic registered again: alone (a new config) or with the whole table
+    if (
+        kept is not None
+        and kept[0] is tcfg
+        and ns.route_perm_version == server.store.topics.version.counter
+    ):
         return kept[1]
     return tcfg.perm & (server.config.brokerPermission | Perm.INHERIT | 8)
 
@@ -240,12 +243,12 @@ def _set_route_perms(server: Broker, perm: Callable[[int], int]) -> int:
     send-back, one deleted, an order flag, ``brokerPermission``), as RocketMQ's broker
     registers its whole table then, at once or with its next periodic registration."""
     assert server.store is not None
-    perms = {
+    perms: dict[str, tuple[object, int]] = {
         name: (tcfg, perm(_perm(server, tcfg)))
         for name, tcfg in server.store.topics.topics.items()
         if _routed(server, name)
     }
-    server.namesrv.route_perm.update(perms)
+    server.namesrv.route_perm = perms
     server.namesrv.route_perm_version = server.store.topics.version.counter
     return len(perms)
 
