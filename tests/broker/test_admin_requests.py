@@ -57,6 +57,19 @@ def _body(resp: RemotingCommand) -> Any:
     return loads_fastjson(resp.body)
 
 
+def _route_perm(ns: RawClient, topic: str) -> int:
+    """The perm of the topic's first queue data in the nameserver's route."""
+    route = _body(ns.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic}))
+    return int(route["queueDatas"][0]["perm"])
+
+
+def _commit_on_both_queues(admin: RawClient, group: str) -> None:
+    """Offset 1 for ``group`` on each of AdminTopic's queues (a reset needs them all)."""
+    for qid in (0, 1):
+        commit = {"consumerGroup": group, "topic": TOPIC, "queueId": qid, "commitOffset": 1}
+        assert admin.request(RequestCode.UPDATE_CONSUMER_OFFSET, commit).code == 0
+
+
 def _queues(table: list[tuple[dict[str, Any], Any]]) -> dict[int, Any]:
     return {key["queueId"]: value for key, value in table}
 
@@ -752,24 +765,20 @@ def test_add_write_perm_sets_read_write_until_the_topic_registers_again(
     what wipe or add made of a route until the broker registers that topic again (an
     updateTopic does, for that topic only)."""
 
-    def perm(ns: RawClient, topic: str) -> int:
-        route = _body(ns.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic}))
-        return int(route["queueDatas"][0]["perm"])
-
     with RawClient(broker.broker_addr) as c, RawClient(broker.namesrv_addr) as ns:
         assert c.create_topic("TopicPermRO", 2, perm=4).code == 0
         assert c.create_topic("TopicPermRW", 2, perm=7).code == 0
         wipe = ns.request(RequestCode.WIPE_WRITE_PERM_OF_BROKER, {"brokerName": "broker-a"})
         assert wipe.code == 0
-        assert (perm(ns, "TopicPermRO"), perm(ns, "TopicPermRW")) == (4, 5)
+        assert (_route_perm(ns, "TopicPermRO"), _route_perm(ns, "TopicPermRW")) == (4, 5)
         # registered again: its own perm, whatever the wipe made of its route
         assert c.create_topic("TopicPermRW", 2, perm=7).code == 0
-        assert perm(ns, "TopicPermRW") == 7
+        assert _route_perm(ns, "TopicPermRW") == 7
         add = ns.request(RequestCode.ADD_WRITE_PERM_OF_BROKER, {"brokerName": "broker-a"})
         assert add.ext_fields["addTopicCount"] == wipe.ext_fields["wipeTopicCount"]
-        assert (perm(ns, "TopicPermRO"), perm(ns, "TopicPermRW")) == (6, 6)
+        assert (_route_perm(ns, "TopicPermRO"), _route_perm(ns, "TopicPermRW")) == (6, 6)
         assert c.create_topic("TopicPermRO", 2, perm=4).code == 0
-        assert (perm(ns, "TopicPermRO"), perm(ns, "TopicPermRW")) == (4, 6)
+        assert (_route_perm(ns, "TopicPermRO"), _route_perm(ns, "TopicPermRW")) == (4, 6)
 
 
 def test_route_perms_last_until_the_broker_registers_its_whole_table(
@@ -780,10 +789,6 @@ def test_route_perms_last_until_the_broker_registers_its_whole_table(
     its one topic (registerIncrementBrokerData), so the others keep the wipe; an update
     of brokerPermission (with a new version) and a topic created by a send register the
     whole table. idemp had kept the wipe through both."""
-
-    def perm(ns: RawClient, topic: str) -> int:
-        route = _body(ns.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic}))
-        return int(route["queueDatas"][0]["perm"])
 
     def version(c: RawClient) -> int:
         table = _body(c.request(RequestCode.GET_ALL_TOPIC_CONFIG, {}))
@@ -796,15 +801,15 @@ def test_route_perms_last_until_the_broker_registers_its_whole_table(
     with RawClient(broker.broker_addr) as c, RawClient(broker.namesrv_addr) as ns:
         assert c.create_topic("TopicWhole1", 2).code == 0
         wipe(ns)
-        assert perm(ns, "TopicWhole1") == 4
+        assert _route_perm(ns, "TopicWhole1") == 4
         before = version(c)
         assert c.update_broker_config(brokerPermission=6).code == 0
-        assert (perm(ns, "TopicWhole1"), version(c)) == (6, before + 1)
+        assert (_route_perm(ns, "TopicWhole1"), version(c)) == (6, before + 1)
         wipe(ns)
         assert c.create_topic("TopicWhole2", 2).code == 0
-        assert (perm(ns, "TopicWhole1"), perm(ns, "TopicWhole2")) == (4, 6)
+        assert (_route_perm(ns, "TopicWhole1"), _route_perm(ns, "TopicWhole2")) == (4, 6)
         assert c.send_message("TopicWholeAuto", b"x").code == ResponseCode.SUCCESS
-        assert (perm(ns, "TopicWhole1"), perm(ns, "TopicWhole2")) == (6, 6)
+        assert (_route_perm(ns, "TopicWhole1"), _route_perm(ns, "TopicWhole2")) == (6, 6)
 
 
 def test_broker_consume_stats_lists_groups_in_the_group_tables_order(
@@ -865,10 +870,7 @@ def test_a_reset_pushed_to_consumers_says_is_force_false(broker: BrokerProcess) 
     reads the field, and its process died on idemp's header, which lacked it."""
     with RawClient(broker.broker_addr) as consumer, RawClient(broker.broker_addr) as admin:
         assert consumer.heartbeat("127.0.0.1@reset-force", ["GResetForce"], topic=TOPIC).code == 0
-        for qid in (0, 1):  # a reset needs the group's offset on every queue
-            commit = {"consumerGroup": "GResetForce", "topic": TOPIC, "queueId": qid}
-            commit["commitOffset"] = 1
-            assert admin.request(RequestCode.UPDATE_CONSUMER_OFFSET, commit).code == 0
+        _commit_on_both_queues(admin, "GResetForce")
         reset = admin.request(
             RequestCode.INVOKE_BROKER_TO_RESET_OFFSET,
             {"topic": TOPIC, "group": "GResetForce", "timestamp": 0, "isForce": "true"},
@@ -942,10 +944,7 @@ def test_clients_are_gated_by_rocketmqs_version_ordinals(broker: BrokerProcess) 
         with RawClient(broker.broker_addr, version=version) as consumer:
             assert consumer.heartbeat(f"127.0.0.1@reset-{version}", [group], topic=TOPIC).code == 0
             with RawClient(broker.broker_addr) as admin:
-                for qid in (0, 1):  # a reset needs the group's offset on every queue
-                    commit = {"consumerGroup": group, "topic": TOPIC, "queueId": qid}
-                    commit["commitOffset"] = 1
-                    assert admin.request(RequestCode.UPDATE_CONSUMER_OFFSET, commit).code == 0
+                _commit_on_both_queues(admin, group)
                 r = admin.request(RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, reset)
             if pushed:
                 assert r.code == ResponseCode.SUCCESS

@@ -1097,18 +1097,7 @@ def test_queue_stats_count_only_the_schedule_topics_queues(broker: BrokerProcess
         now = c.send_message(topic, b"now")
         assert now.code == 0
         assert c.send_message(topic, b"later", {"DELAY": "2"}).code == 0  # 5 s
-        back = c.request(  # a first retry: delay level 3 (10 s), queue 2
-            RequestCode.CONSUMER_SEND_MSG_BACK,
-            {
-                "offset": parse_offset_msg_id(now.ext_fields["msgId"])[1],
-                "group": "GQueueStats",
-                "delayLevel": 0,
-                "originMsgId": now.ext_fields["msgId"],
-                "originTopic": topic,
-                "unitMode": "false",
-                "maxReconsumeTimes": 16,
-            },
-        )
+        back = _send_back(c, now, "GQueueStats", topic)  # a first retry: level 3, queue 2
         assert back.code == ResponseCode.SUCCESS
         assert found(c, "QUEUE_PUT_NUMS", "SCHEDULE_TOPIC_XXXX@2")
         assert found(c, "QUEUE_PUT_NUMS", "SCHEDULE_TOPIC_XXXX@1")
@@ -1294,18 +1283,7 @@ def test_a_broker_without_write_permission_refuses_sends_to_order_topics_only(
                 ResponseCode.NO_PERMISSION,
                 "the broker[127.0.0.1] sending message is forbidden",
             )
-            back = c.request(
-                RequestCode.CONSUMER_SEND_MSG_BACK,
-                {
-                    "offset": parse_offset_msg_id(stored.ext_fields["msgId"])[1],
-                    "group": "GPermBack",
-                    "delayLevel": 0,
-                    "originMsgId": stored.ext_fields["msgId"],
-                    "originTopic": "TopicPermPlain",
-                    "unitMode": "false",
-                    "maxReconsumeTimes": 16,
-                },
-            )
+            back = _send_back(c, stored, "GPermBack", "TopicPermPlain")
             assert (back.code, back.remark) == (
                 ResponseCode.NO_PERMISSION,
                 "the broker[127.0.0.1] sending message is forbidden",
