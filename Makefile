@@ -88,7 +88,7 @@ $(COMPOSE_STAMP): docker/compose-tool-constraints.txt
 lint: $(STAMP) $(COMPOSE_STAMP)
 	$(BIN)/ruff check $(RUFF_PATHS)
 	$(BIN)/ruff format --check $(RUFF_PATHS)
-	$(BIN)/mypy idemp
+	$(BIN)/mypy $(RUFF_PATHS)
 	$(BIN)/hadolint --no-color docker/Dockerfile
 	for f in $(COMPOSE_FILES); do $(COMPOSE_VENV)/bin/docker-compose -f $$f config -q; done
 	$(BIN)/python docker/check_compose.py $(COMPOSE_FILES)

@@ -326,7 +326,8 @@ def _child_official(row: str, namesrv: str, count: int, urls: dict[str, str]) ->
     engine = make_engine(db, 5.0, 8)  # as the idemp rows' effects engine
     table.metadata.create_all(engine)
     insert = table.insert()
-    layer = RedisCachePersistenceLayer(client=redis.Redis.from_url(urls["redis"]))
+    client = redis.Redis.from_url(urls["redis"])
+    layer = RedisCachePersistenceLayer(client=client)  # type: ignore[arg-type]  # Powertools' protocol types ex as float, redis-py as int
     config = IdempotencyConfig(event_key_jmespath="key", expires_after_seconds=604_800)
 
     @idempotent_function(
@@ -432,10 +433,16 @@ def _fill(namesrv: str, count: int) -> None:
 
 def main(argv: list[str]) -> int:
     if argv and argv[0] == "--child":
-        row, namesrv, count, batch, urls = argv[1], argv[2], int(argv[3]), int(argv[4]), argv[5]
+        row, namesrv, count, batch, urls_json = (
+            argv[1],
+            argv[2],
+            int(argv[3]),
+            int(argv[4]),
+            argv[5],
+        )
         if row.startswith(ANCHOR):
-            return _child_official(row, namesrv, count, json.loads(urls))
-        return _child_idemp(row, namesrv, count, batch, json.loads(urls))
+            return _child_official(row, namesrv, count, json.loads(urls_json))
+        return _child_idemp(row, namesrv, count, batch, json.loads(urls_json))
     ap = argparse.ArgumentParser(prog="python -m benchmarks endtoend", description=__doc__)
     ap.add_argument("--count", type=int, default=100_000, help="messages (2 %% duplicates)")
     ap.add_argument("--batch", type=int, default=32, help="idemp's consume_batch_size")

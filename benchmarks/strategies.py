@@ -129,7 +129,7 @@ def powertools_paths(client: redis.Redis, n: int, run: str) -> dict[str, Path]:
 
     # Outside Lambda it warns once per call that it cannot read the remaining time.
     warnings.filterwarnings("ignore", message="Couldn't determine the remaining time")
-    layer = RedisCachePersistenceLayer(client=client)
+    layer = RedisCachePersistenceLayer(client=client)  # type: ignore[arg-type]  # Powertools' protocol types ex as float, redis-py as int
     config = IdempotencyConfig(event_key_jmespath="key", expires_after_seconds=604_800)
 
     @idempotent_function(

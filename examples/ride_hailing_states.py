@@ -73,7 +73,7 @@ def main() -> int:
     c = stats("ride-states")
     print(
         f"applied {len(applied)} transitions, every order in the machine's order: {in_order}; "
-        f"final states {sorted(set(final.values()))}; held {c['held']}, "
+        f"final states {sorted(set(final.values()), key=str)}; held {c['held']}, "
         f"dropped {c['guard_drops']}"
     )
     return 0 if in_order and set(final.values()) == {"arrived"} else 1

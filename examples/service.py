@@ -116,7 +116,7 @@ def main() -> int:
 
         def count(table: sa.Table) -> int:
             with db().connect() as conn:
-                return int(conn.execute(sa.select(sa.func.count()).select_from(table)).scalar())
+                return int(conn.execute(sa.select(sa.func.count()).select_from(table)).scalar_one())
 
         try:
             wait_until(lambda: count(orders) >= 30 and count(ride_steps) >= 20, 60, "effects")

@@ -148,10 +148,12 @@ def _exported(env_file: Path, before: dict[str, str]) -> dict[str, str]:
 
 
 def _parse_toml(example: Example) -> str | None:
-    import tomllib  # Python 3.11+, as the test environment
+    if sys.version_info >= (3, 11):
+        import tomllib
 
-    tomllib.loads(example.parsed)
-    return None
+        tomllib.loads(example.parsed)
+        return None
+    raise RuntimeError("TOML blocks are read with tomllib, Python 3.11+ (as the test venv)")
 
 
 def _not_run(example: Example) -> str | None:

@@ -260,7 +260,7 @@ class BrokerServer:
         self.opaques: Iterator[int] = itertools.count(1)
         self.broker_handlers: dict[int, Handler] = {}
         self.namesrv_handlers: dict[int, Handler] = {}
-        self.servers: list[asyncio.AbstractServer] = []
+        self.servers: list[asyncio.Server] = []
         self.broker_addr = ""
         self.namesrv_addr = ""
         self._tasks: list[asyncio.Task[None]] = []

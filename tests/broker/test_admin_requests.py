@@ -694,7 +694,7 @@ def test_a_topic_takes_any_queue_counts_as_rocketmqs_does(broker: BrokerProcess)
         assert c.send_message("TopicDrained", b"late", queue_id=3).code == 0
         refused = c.send_message("TopicDrained", b"late", queue_id=4)
         assert refused.code == ResponseCode.SYSTEM_ERROR
-        assert refused.remark.startswith("request queueId[4] is illegal")
+        assert (refused.remark or "").startswith("request queueId[4] is illegal")
         assert c.create_topic("TopicWide", 2000).code == 0
         assert counts(ns, "TopicWide") == (2000, 2000)
 
@@ -724,7 +724,7 @@ def test_a_group_config_is_read_as_fastjson_reads_it(broker: BrokerProcess) -> N
             RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, {}, json.dumps(body).encode()
         )
 
-    taken = [
+    taken: list[tuple[dict[str, Any], int, bool]] = [
         ({"groupName": "GrpText", "retryMaxTimes": "3"}, 3, True),
         ({"groupName": "GrpFraction", "retryMaxTimes": 3.7}, 3, True),
         ({"groupName": "GrpTrue", "retryMaxTimes": True}, 1, True),
@@ -733,7 +733,7 @@ def test_a_group_config_is_read_as_fastjson_reads_it(broker: BrokerProcess) -> N
         ({"groupName": ""}, 16, True),
     ]
     not_int = "parseInt error, field : retryMaxTimes"
-    refused = [
+    refused: list[tuple[dict[str, Any], str]] = [
         (
             {"groupName": "GrpYes", "consumeEnable": "yes"},
             "parseBoolean error, field : consumeEnable",

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import time
 from pathlib import Path
+from typing import Any
 
 from idemp.broker.config import BrokerConfig
 from idemp.broker.server import BrokerServer
@@ -27,7 +28,10 @@ def test_loops_cancelled_as_they_are_woken_end(tmp_path: Path) -> None:
         )
         server = BrokerServer(cfg)
         await server.start()
-        loops = {"ScheduleService.run": server.scheduler, "TimerService.run": server.timer}
+        loops: dict[str, Any] = {
+            "ScheduleService.run": server.scheduler,
+            "TimerService.run": server.timer,
+        }
         tasks = {t.get_coro().__qualname__: t for t in server._tasks}  # type: ignore[union-attr]
         tasks = {name: tasks[name] for name in loops}
         for _ in range(5):  # each loop has reached its wait

@@ -14,13 +14,13 @@ from chaos.scenario import PAY_TOPIC, RIDES_TOPIC, SEQ_TOPIC, Plan, Send, make_p
 
 def test_plan_is_seeded() -> None:
     kw = dict(kills=10, broker_restarts=3, redis_restarts=1, postgres_restarts=1)
-    a, b = make_plan(1200, seed=3, **kw), make_plan(1200, seed=3, **kw)  # type: ignore[arg-type]
+    a, b = make_plan(1200, seed=3, **kw), make_plan(1200, seed=3, **kw)
     assert (a.lanes, a.faults) == (b.lanes, b.faults)
     assert a.messages == 1200
     assert [f.kind for f in a.faults].count("kill_consumer") == 10
     kinds = [f.kind for f in a.faults]
     assert kinds.index("add_consumer") < kinds.index("remove_consumer")
-    c = make_plan(1200, seed=4, **kw)  # type: ignore[arg-type]
+    c = make_plan(1200, seed=4, **kw)
     assert c.faults != a.faults
 
 

@@ -10,6 +10,7 @@ import hmac
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -50,7 +51,7 @@ accounts:
     secretKey: {SECRET}-ops
     admin: true
 """
-FAST = dict(rebalance_interval=1.0, persist_offset_interval=0.5)
+FAST: dict[str, Any] = dict(rebalance_interval=1.0, persist_offset_interval=0.5)
 
 
 @pytest.fixture
@@ -81,7 +82,8 @@ def test_the_signature_is_the_java_hooks() -> None:
     """AclClientRPCHook signs the header fields' wire values (AccessKey and SecurityToken
     among them, sorted by name), then the body; the value was computed with RocketMQ
     4.9.7's AclUtils for these fields."""
-    cmd = RemotingCommand(code=10, ext_fields={"topic": "Orders", "queueId": 3, "flag": True})
+    fields: dict[str, Any] = {"topic": "Orders", "queueId": 3, "flag": True}  # as Java's
+    cmd = RemotingCommand(code=10, ext_fields=fields)
     cmd.body = b"hello"
     sign(cmd, "billingAK", SECRET, "tok")
     assert cmd.ext_fields["AccessKey"] == "billingAK"
@@ -158,8 +160,13 @@ def test_producer_and_runners_work_signed(acl_broker: BrokerProcess) -> None:
     assert sorted(got) == sorted([f"o{i}" for i in range(8)] + ["o5"])
 
     ordered: list[str] = []
+
+    def in_order(m: Message) -> ConsumeResult:
+        ordered.append(m.body.decode())
+        return ConsumeResult.SUCCESS
+
     orderly = OrderlyRunner(
-        lambda m: ordered.append(m.body.decode()) or ConsumeResult.SUCCESS,
+        in_order,
         settings=ConsumerSettings(group="billing-orderly", consume_from=ConsumeFrom.FIRST_OFFSET),
         client=client(acl_broker, instance_name="orderly"),
     )

@@ -6,8 +6,10 @@ from __future__ import annotations
 import re
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -31,7 +33,7 @@ from idemp.runners import ConcurrentRunner
 from idemp.tools.dlq import dead_letters
 from tests.client.conftest import FAST_DELAYS, wait_for
 
-FAST = dict(rebalance_interval=1.0, persist_offset_interval=0.5)
+FAST: dict[str, Any] = dict(rebalance_interval=1.0, persist_offset_interval=0.5)
 
 
 class Sink:
@@ -57,6 +59,9 @@ class Sink:
         with self.lock:
             return len(self.got)
 
+    def has(self, n: int) -> bool:
+        return self.count() >= n
+
 
 def runner(
     broker: BrokerProcess, group: str, topic: str, listener: object, **kw: object
@@ -65,9 +70,9 @@ def runner(
     for k, v in kw.items():
         setattr(cs, k, v)
     r = ConcurrentRunner(
-        listener,  # type: ignore[arg-type]
+        listener,
         settings=cs,
-        client=ClientSettings(namesrv_addr=broker.namesrv_addr, **FAST),  # type: ignore[arg-type]
+        client=ClientSettings(namesrv_addr=broker.namesrv_addr, **FAST),
     )
     r.subscribe(topic)
     return r
@@ -87,9 +92,9 @@ def consumed(broker: BrokerProcess, group: str, topic: str, count: int) -> Sink:
 
 
 @pytest.fixture
-def producer(broker: BrokerProcess) -> Producer:
+def producer(broker: BrokerProcess) -> Iterator[Producer]:
     p = Producer(broker.namesrv_addr, "test-producer").start()
-    yield p  # type: ignore[misc]
+    yield p
     p.shutdown()
 
 
@@ -288,7 +293,7 @@ def test_tag_subscription(broker: BrokerProcess, producer: Producer) -> None:
     producer.send(OutMessage("TT", b"untagged"))
     sink = Sink()
     cs = ConsumerSettings(group="g-tags", consume_from=ConsumeFrom.FIRST_OFFSET)
-    r = ConcurrentRunner(sink, settings=cs, client=ClientSettings(broker.namesrv_addr, **FAST))  # type: ignore[arg-type]
+    r = ConcurrentRunner(sink, settings=cs, client=ClientSettings(broker.namesrv_addr, **FAST))
     r.subscribe("TT", "a || c")
     r.start()
     try:
@@ -324,7 +329,7 @@ def test_broadcasting_offsets_in_local_file(
         rr.start()
     try:
         for s in sinks:
-            wait_for(lambda s=s: s.count() >= 4, 20, "every message in each consumer")
+            wait_for(partial(s.has, 4), 20, "every message in each consumer")
     finally:
         for rr in runners:
             rr.shutdown()

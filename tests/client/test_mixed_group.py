@@ -105,6 +105,6 @@ def test_an_idemp_runner_and_an_official_consumer_share_one_group(
     assert (len(mine_q), len(other_q), mine_q & other_q) == (2, 2, set())
     if orderly:  # each side read its queues in their order
         for side in (mine, other):
-            for q in {q for q, _, _ in side}:
-                got = [b for qq, _, b in side if qq == q]
-                assert got == [f"m-{q}-{i}" for i in range(PER_QUEUE)]
+            for qid in {q for q, _, _ in side}:
+                got = [b for qq, _, b in side if qq == qid]
+                assert got == [f"m-{qid}-{i}" for i in range(PER_QUEUE)]

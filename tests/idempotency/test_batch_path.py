@@ -510,7 +510,7 @@ def test_runners_hand_their_batches_to_the_listener(orderly: bool, tmp_path: Pat
         batch_sizes.append(len(messages))
         return original(messages, **options)
 
-    handle.consume_batch = counting  # type: ignore[method-assign]
+    handle.consume_batch = counting
     producer = Producer(broker.namesrv_addr, "batch-producer").start()
     try:
         for step in range(steps):

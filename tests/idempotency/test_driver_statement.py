@@ -175,7 +175,7 @@ def test_rows_go_to_the_driver_as_values_only_when_its_placeholders_run_row_by_r
     table = _table(engine, f"rows_{kind}")
 
     def build(size: int) -> Any:
-        rows = [
+        rows: list[dict[str, Any]] = [
             {"id": sa.bindparam(f"id_{i}"), "state": sa.bindparam(f"state_{i}")}
             for i in range(size)
         ]

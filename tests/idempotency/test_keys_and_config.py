@@ -159,7 +159,7 @@ def test_a_host_without_a_consumer_group_fails_when_built(
             runner(handle, settings=ConsumerSettings(group=group or ""))
     if group != "DEFAULT_CONSUMER":
         with pytest.raises(ValueError, match="pass the PushConsumer's consumer group"):
-            callback(handle, group=group)  # type: ignore[arg-type]
+            callback(handle, group=group)
 
 
 def test_json_paths_of_one_body_parse_it_once(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -82,12 +82,19 @@ def test_killed_connection_is_replaced_and_the_message_processed_once(redis_serv
     client.close()
 
 
+def _held_port(commands: Any) -> int:
+    """The local port of the connection this thread holds (one is held after a claim)."""
+    held = commands._holding()
+    assert held is not None and held.conn is not None
+    return int(held.conn._sock.getsockname()[1])
+
+
 def test_forked_child_uses_its_own_connection(redis_server: Any):
     client = redis.Redis.from_url(redis_server.url)
     strategy = RedisFlag(client, prefix=f"t{uuid.uuid4().hex[:8]}")
     commands = strategy._commands
     assert strategy.begin(Job("g/Orders", "parent-1", _msg("parent-1"))).token
-    parent_port = commands._holding().conn._sock.getsockname()[1]
+    parent_port = _held_port(commands)
 
     read, write = os.pipe()
     pid = os.fork()
@@ -96,7 +103,7 @@ def test_forked_child_uses_its_own_connection(redis_server: Any):
         try:
             ticket = strategy.begin(Job("g/Orders", "child-1", _msg("child-1")))
             strategy.commit(ticket)
-            port = commands._holding().conn._sock.getsockname()[1]
+            port = _held_port(commands)
             os.write(write, str(port).encode())
             code = 0
         finally:
@@ -111,7 +118,7 @@ def test_forked_child_uses_its_own_connection(redis_server: Any):
     # The parent's held connection is intact and still its own.
     ticket = strategy.begin(Job("g/Orders", "parent-2", _msg("parent-2")))
     strategy.commit(ticket)
-    assert commands._holding().conn._sock.getsockname()[1] == parent_port
+    assert _held_port(commands) == parent_port
     record = strategy.get("g/Orders", "child-1")
     assert record is not None and record.status == "CONSUMED"
     strategy.close()

@@ -147,7 +147,10 @@ def test_without_watchdog_the_lease_ends_and_a_stale_commit_is_refused(make_lock
     s = make_lock(lease_s=1.0, renew_s=None, wait_s=0)
     successor = make_lock(lease_s=5.0, renew_s=None, wait_s=5.0)
     tokens: dict[str, int] = {}
-    store = {"fence": 0, "value": ""}  # a business store that keeps the highest token
+    store: dict[str, Any] = {
+        "fence": 0,
+        "value": "",
+    }  # a business store that keeps the highest token
 
     def fenced_write(token: int, value: str) -> bool:
         if token <= store["fence"]:

@@ -88,5 +88,5 @@ def test_runner_adapter_producer_duplicates_and_redelivery(tmp_path: Path) -> No
     # and whatever the broker redelivered besides (a duplicate or, mid-run, in progress).
     rest = counted["duplicates"] + counted["in_progress"]
     assert rest == len(deliveries) - KEYS - 1
-    sent = {i for ids in msg_ids.values() for i in ids}
-    assert sent <= {m.msg_id for m in deliveries}  # both copies of every key were delivered
+    sent_ids = {i for ids in msg_ids.values() for i in ids}
+    assert sent_ids <= {m.msg_id for m in deliveries}  # both copies of every key were delivered

@@ -324,7 +324,7 @@ def test_pessimistic_check_then_act_under_the_lock_is_exactly_once(
 
     assert errors == []
     with strategy.engine.connect() as conn:
-        counts = dict(
+        counts: dict[str, int] = dict(
             conn.execute(
                 sa.select(effects.c.entity, sa.func.count()).group_by(effects.c.entity)
             ).all()

@@ -41,7 +41,7 @@ def _effects(db: Path) -> list[tuple[str, str, int]]:
     with engine.connect() as conn:
         rows = conn.execute(sa.text("SELECT id, grp, seq FROM effects ORDER BY n")).all()
     engine.dispose()
-    return [tuple(r) for r in rows]  # type: ignore[misc]
+    return [tuple(r) for r in rows]
 
 
 def _simple_spec(

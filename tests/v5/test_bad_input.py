@@ -21,7 +21,7 @@ from .conftest import Endpoint5
 from .raw import Raw, resource, simple_consumer
 
 
-def _message(topic: str, body: bytes = b"x", **sysp: object) -> object:
+def _message(topic: str, body: bytes = b"x", **sysp: object) -> Any:
     return pb.Message(
         topic=resource(topic),
         body=body,

@@ -26,15 +26,24 @@ REQUEST = [
 ]
 
 
+def _pairs(headers: Any) -> list[tuple[str, str]]:
+    """hpack's decoded headers (its HeaderTuple) as plain pairs."""
+    return [(str(k), str(v)) for k, v in headers]
+
+
 @pytest.mark.parametrize("huffman", [False, True])
 def test_blocks_of_a_real_encoder_decode_as_its_own_decoder_reads_them(huffman: bool) -> None:
     encoder, theirs, ours = hpack.Encoder(), hpack.Decoder(), HeaderDecoder()
     for n in range(40):  # enough to fill the 4 KiB table and evict from it
-        headers = [*REQUEST, ("x-mq-request-id", f"id-{n}" * 9), (f"x-extra-{n % 7}", "v" * n)]
+        headers: list[tuple[str, str]] = [
+            *REQUEST,
+            ("x-mq-request-id", f"id-{n}" * 9),
+            (f"x-extra-{n % 7}", "v" * n),
+        ]
         if n % 5 == 0:
-            headers.append(hpack.NeverIndexedHeaderTuple("authorization", f"secret-{n}"))
+            headers.append(hpack.NeverIndexedHeaderTuple("authorization", f"secret-{n}"))  # type: ignore[arg-type]
         block = encoder.encode(headers, huffman=huffman)
-        expected = [(str(k), str(v)) for k, v in theirs.decode(block)]
+        expected = _pairs(theirs.decode(block))
         assert ours.decode(block) == expected
     assert ours.size == theirs.header_table._current_size
     assert len(ours.table) == len(theirs.header_table.dynamic_entries)
@@ -71,12 +80,12 @@ def test_a_bad_block_is_a_header_error(block: bytes, problem: str) -> None:
 
 def test_the_response_blocks_read_back() -> None:
     decoder = hpack.Decoder()
-    assert decoder.decode(RESPONSE_HEADERS) == [
+    assert _pairs(decoder.decode(RESPONSE_HEADERS)) == [
         (":status", "200"),
         ("content-type", "application/grpc"),
     ]
     long = "é" * 200  # a length over the 7-bit prefix, and UTF-8
-    assert decoder.decode(encode([("grpc-message", long)])) == [("grpc-message", long)]
+    assert _pairs(decoder.decode(encode([("grpc-message", long)]))) == [("grpc-message", long)]
     assert decoder.header_table.dynamic_entries == type(decoder.header_table.dynamic_entries)()
 
 

@@ -24,7 +24,7 @@ from .raw import METADATA
 
 
 def _route(channel: grpc.Channel) -> Any:
-    call = channel.unary_unary(
+    call: Any = channel.unary_unary(
         f"/{SERVICE}/QueryRoute",
         request_serializer=lambda m: m.SerializeToString(),
         response_deserializer=pb.QueryRouteResponse.FromString,

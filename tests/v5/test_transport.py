@@ -130,7 +130,7 @@ def test_the_callers_deadline_reaches_the_long_poll(
     assert admin.create_topic(topic, 1).code == 0
     settings, request = simple_consumer(group, topic)
     assert raw.first_telemetry(settings).status.code == pb.OK  # RocketMQ wants them first
-    call = raw.channel.unary_stream(
+    call: Any = raw.channel.unary_stream(
         f"/{SERVICE}/ReceiveMessage",
         request_serializer=lambda m: m.SerializeToString(),
         response_deserializer=pb.ReceiveMessageResponse.FromString,

@@ -11,6 +11,7 @@ import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import sqlalchemy as sa
 
@@ -120,6 +121,7 @@ def test_orderly_and_batches_are_refused_for_grpc_listeners() -> None:
             app.listener("T", group="G", protocol="grpc", **options)
     with pytest.raises(ValueError, match="protocol 'http' is not remoting or grpc"):
         app.listener("T", group="G", protocol="http")
-    for options in ({"retry_delay_level": 1}, {"max_reconsume_times": 3}):
+    retry_options: list[dict[str, Any]] = [{"retry_delay_level": 1}, {"max_reconsume_times": 3}]
+    for options in retry_options:
         with pytest.raises(ValueError, match="group's retry policy spaces the deliveries"):
             app.listener("T", group="G", protocol="grpc", **options)

@@ -8,6 +8,7 @@ import json
 import threading
 import uuid
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import pytest
@@ -18,6 +19,14 @@ from idemp.client import ConsumeFrom, OutMessage, Producer
 from idemp.config import IdempSettings
 from idemp.strategies import RedisFlag, UniqueKeyTable
 from tests.client.conftest import wait_for
+
+
+def _at_least(rows: list[Any], n: int) -> bool:
+    return len(rows) >= n
+
+
+def _settled(spec: Any) -> bool:
+    return bool(spec.lag() == 0 and spec.in_flight() == 0)
 
 
 def _msg(key: str) -> Message:
@@ -52,7 +61,7 @@ def test_a_listeners_backend_is_switched_by_the_environment_alone(
         first, again = spec.listener(_msg("o-1")), spec.listener(_msg("o-1"))
         assert (first.outcome, again.outcome) == (Outcome.PROCESSED, Outcome.DUPLICATE)
         assert applied == ["o-1"]
-        record = spec.strategies[0].get("g/Orders", "o-1")  # type: ignore[attr-defined]
+        record = spec.strategies[0].get("g/Orders", "o-1")
         assert record is not None and record.status == "CONSUMED"
     finally:
         for s in spec.strategies:
@@ -216,11 +225,10 @@ def test_a_broadcasting_listener_applies_each_message_once_in_every_instance(
     for app in apps:
         app.start()
     try:
-        for name in applied:
-            wait_for(lambda n=name: len(applied[n]) >= 3, 30, f"instance {name}: three keys")
+        for name, rows in applied.items():
+            wait_for(partial(_at_least, rows, 3), 30, f"instance {name}: three keys")
         for app in apps:  # every copy handed over (the duplicate absorbed, not applied)
-            spec = app.listeners[0]
-            wait_for(lambda s=spec: s.lag() == 0 and s.in_flight() == 0, 30, "all consumed")
+            wait_for(partial(_settled, app.listeners[0]), 30, "all consumed")
     finally:
         for app in apps:
             app.stop()

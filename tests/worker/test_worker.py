@@ -112,8 +112,10 @@ def service(tmp_path: Path) -> Iterator[tuple[BrokerProcess, Callable[..., Worke
                 producer.send(OutMessage("SvcOrders", body, keys=[f"o-{i}"]))
         for step in range(STEPS):
             for ride in range(RIDES):
-                body = json.dumps({"ride": f"r{ride}", "step": step, "step_id": f"r{ride}.{step}"})
-                producer.send_orderly(OutMessage("SvcRides", body.encode()), f"r{ride}")
+                step_body = {"ride": f"r{ride}", "step": step, "step_id": f"r{ride}.{step}"}
+                producer.send_orderly(
+                    OutMessage("SvcRides", json.dumps(step_body).encode()), f"r{ride}"
+                )
     finally:
         producer.shutdown()
     workers: list[Worker] = []
