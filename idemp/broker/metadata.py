@@ -247,7 +247,13 @@ class TopicTable:
         return cfg
 
     def create_in_send(
-        self, topic: str, default_topic: str, queue_nums: int, *, auto_create: bool
+        self,
+        topic: str,
+        default_topic: str,
+        queue_nums: int,
+        *,
+        auto_create: bool,
+        sys_flag: int = 0,
     ) -> TopicConfig | None:
         """Auto-create ``topic`` from ``default_topic`` as RocketMQ's
         createTopicInSendMessageMethod does: with autoCreateTopicEnable off, a send that
@@ -263,14 +269,17 @@ class TopicTable:
             base.perm = Perm.READ | Perm.WRITE
         if not base.perm & Perm.INHERIT:
             return None
-        n = max(1, min(queue_nums, base.writeQueueNums))
-        return self.put(TopicConfig(topic, n, n, base.perm & ~Perm.INHERIT, base.topicFilterType))
+        n = max(0, min(queue_nums, base.writeQueueNums))  # none: a topic nothing is sent to
+        perm = base.perm & ~Perm.INHERIT
+        return self.put(TopicConfig(topic, n, n, perm, base.topicFilterType, sys_flag))
 
-    def create_system(self, topic: str, queue_nums: int, perm: int) -> TopicConfig:
+    def create_system(
+        self, topic: str, queue_nums: int, perm: int, sys_flag: int = 0
+    ) -> TopicConfig:
         existing = self.topics.get(topic)
         if existing:
             return existing
-        return self.put(TopicConfig(topic, queue_nums, queue_nums, perm))
+        return self.put(TopicConfig(topic, queue_nums, queue_nums, perm, topicSysFlag=sys_flag))
 
     def changed(self) -> None:
         """Count a change made in place (a deleted topic, an order flag) and save it."""
@@ -313,8 +322,10 @@ def group_json(cfg: SubscriptionGroupConfig) -> dict[str, Any]:
 
 
 class GroupTable:
-    def __init__(self, path: Path, auto_create: bool) -> None:
+    def __init__(self, path: Path, auto_create: Callable[[], bool]) -> None:
         self.path = path
+        # read at every look-up, as SubscriptionGroupManager reads the broker's setting:
+        # updateBrokerConfig autoCreateSubscriptionGroup applies at once
         self.auto_create = auto_create
         self.groups: dict[str, SubscriptionGroupConfig] = {}
         # begun afresh at every start, whatever the file says: RocketMQ 4.9.7 loads the
@@ -330,7 +341,7 @@ class GroupTable:
 
     def find_or_create(self, group: str) -> SubscriptionGroupConfig | None:
         cfg = self.groups.get(group)
-        if cfg is None and (self.auto_create or group.startswith(SYSTEM_GROUP_PREFIX)):
+        if cfg is None and (self.auto_create() or group.startswith(SYSTEM_GROUP_PREFIX)):
             cfg = self.put(SubscriptionGroupConfig(group))
         return cfg
 

@@ -17,15 +17,16 @@ from idemp.remoting.codes import (
     Perm,
     Prop,
 )
+from idemp.remoting.javaparse import JavaError, java_int, parse_java_int
 from idemp.remoting.message import (
     PROPERTY_SEPARATOR,
     MessageFormatError,
     decode_properties,
     encode_stored_properties,
-    iter_batch,
 )
 from idemp.remoting.msgid import offset_msg_id
 
+from .batchread import MalformedEntry, read_batch
 from .brokerstats import (
     BROKER_PUT_NUMS,
     QUEUE_PUT_NUMS,
@@ -61,15 +62,30 @@ _V2_KEYS = {
     "m": "batch",
     "n": "bname",
 }
-_REQUIRED = (
-    "producerGroup",
-    "topic",
-    "defaultTopic",
-    "defaultTopicQueueNums",
-    "queueId",
-    "sysFlag",
-    "bornTimestamp",
-    "flag",
+# the header's numbers and their Java types' bits (int, or long)
+_NUMBERS = {
+    "defaultTopicQueueNums": 32,
+    "queueId": 32,
+    "sysFlag": 32,
+    "bornTimestamp": 64,
+    "flag": 32,
+    "reconsumeTimes": 32,
+    "maxReconsumeTimes": 32,
+}
+# TopicSysFlag.buildSysFlag(unit, hasUnitSub): what a unitMode send gives a topic it creates
+_UNIT_TOPIC, _UNIT_RETRY_TOPIC = 1, 2
+_NO_QUEUE_TO_CHOOSE = JavaError(  # randomQueueId: nextInt(99999999) % writeQueueNums
+    "java.lang.ArithmeticException: / by zero, org.apache.rocketmq.broker.processor"
+    ".SendMessageProcessor.randomQueueId(SendMessageProcessor.java:689)"
+)
+_NO_BATCH_BODY = JavaError(
+    "java.lang.NullPointerException: Cannot read the array length because the return value of "
+    '"org.apache.rocketmq.common.message.MessageExtBatch.getBody()" is null, '
+    "org.apache.rocketmq.store.DefaultMessageStore.checkMessages(DefaultMessageStore.java:391)"
+)
+_BATCH_PROPERTIES_TOO_LONG = JavaError(
+    "java.lang.RuntimeException: Properties size of messageExtBatch exceeded!, "
+    "org.apache.rocketmq.store.CommitLog$MessageExtEncoder.encode(CommitLog.java:1624)"
 )
 
 
@@ -81,9 +97,26 @@ def register(handlers: dict[int, Handler]) -> None:
 
 
 def _v1_header(cmd: RemotingCommand) -> RemotingCommand:
+    """The send's header under V1 names, decoded as RocketMQ 4.9.7 decodes it. SEND_MESSAGE
+    (RemotingCommand.decodeCommandCustomHeader) catches each field's error: a number
+    that does not parse is left null, as a missing one. Codes 310 and 320
+    (SendMessageRequestHeaderV2.decode) read the one-letter keys alone, in their order,
+    and a number that does not parse throws."""
     if cmd.code == RequestCode.SEND_MESSAGE:
-        return cmd
-    ext = {_V2_KEYS.get(k, k): v for k, v in cmd.ext_fields.items()}
+        ext = {
+            k: v
+            for k, v in cmd.ext_fields.items()
+            if k not in _NUMBERS or parse_java_int(v, _NUMBERS[k]) is not None
+        }
+    else:
+        ext = {}
+        for short, name in _V2_KEYS.items():
+            value = cmd.ext_fields.get(short)
+            if value is None:
+                continue
+            if name in _NUMBERS:
+                java_int(value, _NUMBERS[name])
+            ext[name] = value
     return RemotingCommand(
         code=cmd.code,
         opaque=cmd.opaque,
@@ -133,14 +166,20 @@ def _msg_check(
     if tcfg is None:
         # from the default topic first, a retry topic included (with TBW102's queues, as
         # the producer's route for it had them); a retry topic's own single queue after
+        cmd.require("defaultTopicQueueNums", "defaultTopic")
+        retry = topic.startswith(RETRY_GROUP_TOPIC_PREFIX)
+        sys_flag = 0
+        if _java_bool(cmd.ext_fields.get("unitMode")):
+            sys_flag = _UNIT_RETRY_TOPIC if retry else _UNIT_TOPIC
         tcfg = store.topics.create_in_send(
             topic,
             cmd.ext_fields["defaultTopic"],
             cmd.field_int("defaultTopicQueueNums"),
             auto_create=server.config.autoCreateTopicEnable,
+            sys_flag=sys_flag,
         )
-        if tcfg is None and topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
-            tcfg = store.topics.create_system(topic, 1, Perm.READ | Perm.WRITE)
+        if tcfg is None and retry:
+            tcfg = store.topics.create_system(topic, 1, Perm.READ | Perm.WRITE, sys_flag)
         if tcfg is None:
             return request.response(
                 ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please!{FAQ}"
@@ -175,17 +214,43 @@ def accept(
         # RocketMQ's header decoding leaves a missing field null, and msgCheck refuses a
         # null topic as blank before any other field is used
         return request.response(ResponseCode.SYSTEM_ERROR, topic_error("") or "")
-    cmd.require(*_REQUIRED)
+    cmd.require("topic")
     checked = _msg_check(server, conn, request, cmd)
     if isinstance(checked, RemotingCommand):
         return checked
     tcfg, queue_id = checked
     if queue_id < 0:
-        queue_id = random.randrange(max(tcfg.writeQueueNums, 1))
+        if tcfg.writeQueueNums <= 0:
+            raise _NO_QUEUE_TO_CHOOSE
+        queue_id = random.randrange(tcfg.writeQueueNums)
     return cmd, tcfg, queue_id
 
 
 def send_message(server: Broker, conn: Peer, request: RemotingCommand) -> HandlerResult:
+    """SendMessageProcessor.preSend builds its response with the broker's region and trace
+    switch, and every refusal after it is that response; one from an exception is not."""
+    response = _send_message(server, conn, request)
+    if isinstance(response, RemotingCommand) and response.code != ResponseCode.SUCCESS:
+        response.ext_fields.update(_region(server))
+    return response
+
+
+def _region(server: Broker) -> dict[str, str]:
+    return {
+        "TRACE_ON": "true" if server.config.traceOn else "false",
+        "MSG_REGION": server.config.regionId,
+    }
+
+
+def _sys_flag(cmd: RemotingCommand, tcfg: TopicConfig) -> int:
+    cmd.require("sysFlag")
+    sys_flag = cmd.field_int("sysFlag", bits=32)
+    if tcfg.topicFilterType == "MULTI_TAG":
+        sys_flag |= MessageSysFlag.MULTI_TAGS  # SendMessageProcessor, single and batch
+    return sys_flag
+
+
+def _send_message(server: Broker, conn: Peer, request: RemotingCommand) -> HandlerResult:
     store = server.store
     assert store is not None
     accepted = accept(server, conn, request)
@@ -196,22 +261,16 @@ def send_message(server: Broker, conn: Peer, request: RemotingCommand) -> Handle
     props_text = cmd.ext_fields.get("properties", "")
     properties = decode_properties(props_text)
     properties[Prop.CLUSTER] = server.config.brokerClusterName
-    sys_flag = cmd.field_int("sysFlag")
-    if tcfg.topicFilterType == "MULTI_TAG":
-        sys_flag |= MessageSysFlag.MULTI_TAGS  # SendMessageProcessor, single and batch
     base = MessageExt(
         topic=topic,
         queue_id=queue_id,
-        flag=cmd.field_int("flag"),
-        sys_flag=sys_flag,
-        born_timestamp=cmd.field_int("bornTimestamp"),
         born_host=conn.peer_host,
         reconsume_times=cmd.field_int("reconsumeTimes", 0),
     )
     # Java decides on the header's batch field alone (SendMessageProcessor
     # .asyncProcessRequest): even code 320 without batch=true is a single message.
     if _java_bool(cmd.ext_fields.get("batch")):
-        return _send_batch(server, request, base, properties, props_text)
+        return _send_batch(server, request, cmd, tcfg, base, properties)
     base.body = cmd.body
     base.properties = properties
     # --- %RETRY% sends (the Java client's fallback when send-back fails) ---
@@ -233,6 +292,10 @@ def send_message(server: Broker, conn: Peer, request: RemotingCommand) -> Handle
             # properties are put back after it: the client's DELAY stands, so the message
             # reaches the DLQ only once that level has passed (the Java orderly consumer's
             # send-back at its last attempt: level 3 + attempts, measured: 1 min at 2)
+    base.sys_flag = _sys_flag(cmd, tcfg)  # read where handleRetryAndDLQ ends, then these
+    cmd.require("flag", "bornTimestamp")
+    base.flag = cmd.field_int("flag", bits=32)
+    base.born_timestamp = cmd.field_int("bornTimestamp")
     keep_wait = False
     reply_queue = queue_id
     if properties.get(Prop.TRAN_MSG, "").lower() == "true":
@@ -262,8 +325,7 @@ def send_message(server: Broker, conn: Peer, request: RemotingCommand) -> Handle
         ResponseCode.SUCCESS,
         ext_fields={
             "queueId": str(reply_queue),
-            "TRACE_ON": "true" if server.config.traceOn else "false",
-            "MSG_REGION": server.config.regionId,
+            **_region(server),
             "msgId": offset_msg_id(store.store_host, result.commit_log_offset),
             "queueOffset": str(result.queue_offset),
         },
@@ -324,73 +386,83 @@ def _after_flush(server: Broker, response: RemotingCommand, end: int) -> Handler
 def _send_batch(
     server: Broker,
     request: RemotingCommand,
+    cmd: RemotingCommand,
+    tcfg: TopicConfig,
     base: MessageExt,
     outer: dict[str, str],
-    outer_props_text: str,
 ) -> HandlerResult:
+    """asyncSendBatchMessage, then the store's checks in their order. A batch is stored
+    as it comes: to a retry topic too (no group or dead-letter handling, as 4.9.7), and
+    its entries' DELAY and TRAN_MSG are kept, never read; only the batch's own header
+    (its sysFlag, its DELAY) refuses a delayed or transactional batch."""
     store = server.store
     assert store is not None
-    if base.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
-        return request.response(
-            ResponseCode.MESSAGE_ILLEGAL, "batch request does not support retry group " + base.topic
-        )
-    refused = _refused(server, request, outer_props_text)
-    if refused is not None:
-        return refused
-    try:
-        entries = list(iter_batch(request.body))
-    except MessageFormatError as exc:
-        return request.response(ResponseCode.MESSAGE_ILLEGAL, f"invalid batch body: {exc}")
-    if not entries:
-        return request.response(ResponseCode.MESSAGE_ILLEGAL, "empty batch")
-    for e in entries:
-        props = {**e.properties, **outer}
-        if props.get(Prop.DELAY, "0") not in ("", "0") or props.get(Prop.TRAN_MSG) == "true":
-            return request.response(
-                ResponseCode.MESSAGE_ILLEGAL, "batch messages may not be delayed or transactional"
-            )
-    ids: list[str] = []
-    first_offset = first_phy = -1
-    end = 0
+    base.sys_flag = _sys_flag(cmd, tcfg)
+    cmd.require("flag", "bornTimestamp")
+    base.flag = cmd.field_int("flag", bits=32)
+    base.born_timestamp = cmd.field_int("bornTimestamp")
+    refusal = store.write_refusal()  # DefaultMessageStore.asyncPutMessages
+    if refusal is not None:
+        return request.response(ResponseCode.SERVICE_NOT_AVAILABLE, refusal)
+    if not request.body:
+        raise _NO_BATCH_BODY
+    if len(request.body) > server.config.maxMessageSize:
+        return illegal(server, request)
+    if base.sys_flag & MessageSysFlag.TRANSACTION_MASK:  # CommitLog.asyncPutMessages
+        return illegal(server, request)
+    delay = outer.get(Prop.DELAY)
+    if delay is not None and java_int(delay) > 0:
+        return illegal(server, request)
     # CommitLog.MessageExtBatchEncoder: each entry's own text, a separator unless it ends
     # in one, then the batch's properties (WAIT included): not re-encoded from a map
     outer_text = encode_stored_properties(outer)
+    if len(outer_text.encode("utf-8")) > MAX_PROPERTIES:
+        raise _BATCH_PROPERTIES_TOO_LONG
+    try:
+        raw_entries = read_batch(request.body)
+        texts = [e.properties.decode("utf-8") for e in raw_entries]
+    except (MalformedEntry, UnicodeDecodeError):
+        return illegal(server, request)
+    ids: list[str] = []
+    first_offset = first_phy = -1
+    end = 0
     stamped = int(time.time() * 1000)  # CommitLog.putMessages: one store time for the batch
-    for e in entries:
-        inner_text = e.properties_text or ""
+    for entry, inner_text in zip(raw_entries, texts):
         sep = (
             PROPERTY_SEPARATOR if inner_text and not inner_text.endswith(PROPERTY_SEPARATOR) else ""
         )
         msg = MessageExt(
             topic=base.topic,
             queue_id=base.queue_id,
-            body=e.body,
-            flag=e.flag,
-            properties={**e.properties, **outer},
+            body=entry.body,
+            flag=entry.flag,
+            properties={**decode_properties(inner_text), **outer},
             sys_flag=base.sys_flag,
             born_timestamp=base.born_timestamp,
             born_host=base.born_host,
+            reconsume_times=base.reconsume_times,
         )
         try:
+            # RocketMQ stores the entries' DELAY as text and schedules none of them
             result = store.put(
                 msg,
                 keep_wait=True,
+                apply_delay=False,
                 properties_text=inner_text + sep + outer_text,
                 store_timestamp=stamped,
             )
-        except MessageFormatError:
+        except MessageFormatError:  # properties over 32767: RocketMQ writes them unreadable
             return illegal(server, request)
         if first_offset < 0:
             first_offset, first_phy = result.queue_offset, result.commit_log_offset
         ids.append(offset_msg_id(store.store_host, result.commit_log_offset))
         end = result.end
-    count_put(server, base.topic, len(entries), end - first_phy)
+    count_put(server, base.topic, len(raw_entries), end - first_phy)
     response = request.response(
         ResponseCode.SUCCESS,
         ext_fields={
             "queueId": str(base.queue_id),
-            "TRACE_ON": "true" if server.config.traceOn else "false",
-            "MSG_REGION": server.config.regionId,
+            **_region(server),
             "msgId": ",".join(ids),
             "queueOffset": str(first_offset),
         },

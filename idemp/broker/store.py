@@ -17,6 +17,7 @@ from pathlib import Path
 
 from idemp.history import is_visible
 from idemp.remoting.codes import SCHEDULE_TOPIC, TIMER_TOPIC, MessageSysFlag, Prop
+from idemp.remoting.javaparse import java_int
 from idemp.remoting.message import MessageExt, decode_message, encode_message
 from idemp.remoting.tags import tags_code
 from idemp.waiting import within
@@ -116,7 +117,7 @@ class MessageStore:
             trace_topic=config.msgTraceTopicName if config.traceTopicEnable else None,
         )
         self.groups = GroupTable(
-            cfg_dir / "subscriptionGroup.json", config.autoCreateSubscriptionGroup
+            cfg_dir / "subscriptionGroup.json", lambda: config.autoCreateSubscriptionGroup
         )
         self.offsets = OffsetTable(cfg_dir / "consumerOffset.json")
         self.delay_levels = config.delay_levels_ms
@@ -220,11 +221,15 @@ class MessageStore:
         *,
         keep_wait: bool = False,
         apply_delay: bool = True,
+        timer: bool = False,
         properties_text: str | None = None,
         store_timestamp: int | None = None,
     ) -> PutResult:
         """Store ``msg`` (body already in its on-wire form). Delay levels are applied
-        here, as RocketMQ's CommitLog does, for plain and committed messages.
+        here, as RocketMQ's CommitLog does, for plain and committed messages; with
+        ``timer`` a delivery time (TIMER_DELIVER_MS) too, as RocketMQ 5's store does for
+        the proxy's sends. RocketMQ 4.9.7 has no timer: a remoting send keeps that
+        property as any other and goes to its topic at once.
         ``properties_text``: the record's properties as written, when RocketMQ stores
         them verbatim rather than from ``msg.properties`` (a batch's entries);
         ``store_timestamp``: a batch's, one for all its messages as RocketMQ's
@@ -236,10 +241,7 @@ class MessageStore:
             and delay
             and tran in (MessageSysFlag.TRANSACTION_NOT_TYPE, MessageSysFlag.TRANSACTION_COMMIT)
         ):
-            try:
-                level = int(delay)
-            except ValueError:
-                level = 0
+            level = java_int(delay)  # Message.getDelayTimeLevel: parseInt, which may throw
             if level > 0:
                 level = min(level, len(self.delay_levels))
                 msg.properties[Prop.DELAY] = str(level)
@@ -250,6 +252,7 @@ class MessageStore:
                 keep_wait = True
         elif (
             apply_delay
+            and timer
             and TIMER_DELIVER_MS in msg.properties
             and tran in (MessageSysFlag.TRANSACTION_NOT_TYPE, MessageSysFlag.TRANSACTION_COMMIT)
             and _future_ms(msg.properties[TIMER_DELIVER_MS])

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .codes import RPC_ONEWAY, RPC_TYPE_RESPONSE, LanguageCode, SerializeType
+from .javaparse import parse_java_int
 
 _LANG_BY_NAME = {c.name: int(c) for c in LanguageCode}
 _LANG_BY_CODE = {int(c): c.name for c in LanguageCode}
@@ -68,19 +69,18 @@ class RemotingCommand:
     def field_str(self, name: str, default: str | None = None) -> str | None:
         return self.ext_fields.get(name, default)
 
-    def field_int(self, name: str, default: int | None = None) -> int:
-        """Read an integer header field, naming the field when it is absent or invalid."""
+    def field_int(self, name: str, default: int | None = None, bits: int = 64) -> int:
+        """Read an integer header field as Java parses it (``bits``: int or long),
+        naming the field when it is absent or invalid."""
         raw = self.ext_fields.get(name)
         if raw is None or raw == "":
             if default is None:
                 raise HeaderFieldError(f"the custom field <{name}> is null")
             return default
-        try:
-            return int(raw)
-        except ValueError:
-            raise HeaderFieldError(
-                f"the custom field <{name}> is not an integer: {raw!r}"
-            ) from None
+        value = parse_java_int(raw, bits)
+        if value is None:
+            raise HeaderFieldError(f"the custom field <{name}> is not an integer: {raw!r}")
+        return value
 
     def field_bool(self, name: str, default: bool = False) -> bool:
         """Booleans arrive as "true"/"false" (Java) or "1"/"0" (C++)."""

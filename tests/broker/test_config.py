@@ -77,7 +77,7 @@ def test_a_group_file_field_that_does_not_convert_keeps_its_default(
         "G2": {"groupName": "G2", "retryMaxTimes": "3"},
     }
     path.write_text(json.dumps({"subscriptionGroupTable": table}))
-    groups = GroupTable(path, auto_create=True).groups
+    groups = GroupTable(path, auto_create=lambda: True).groups
     assert (groups["G1"].retryMaxTimes, groups["G1"].consumeEnable) == (16, False)
     assert groups["G2"].retryMaxTimes == 3
     assert [r.getMessage() for r in caplog.records] == [

@@ -73,7 +73,7 @@ def test_refusals_in_rocketmqs_order_and_words() -> None:
 
 def _delayed(store: MessageStore, uniq: str, at_ms: int) -> None:
     props = {"UNIQ_KEY": uniq, TIMER_DELIVER_MS: str(at_ms)}
-    store.put(MessageExt(topic="T", body=uniq.encode(), properties=props))
+    store.put(MessageExt(topic="T", body=uniq.encode(), properties=props), timer=True)
 
 
 def _marker(store: MessageStore, uniq: str, at_ms: int) -> None:
@@ -82,7 +82,7 @@ def _marker(store: MessageStore, uniq: str, at_ms: int) -> None:
         Prop.TIMER_DEL_UNIQKEY: delete_key("T", uniq),
         TIMER_DELIVER_MS: str(timer_slot(at_ms) + 1),
     }
-    store.put(MessageExt(topic="T", body=b"0", properties=props))
+    store.put(MessageExt(topic="T", body=b"0", properties=props), timer=True)
 
 
 def _delivered(store: MessageStore) -> list[bytes]:

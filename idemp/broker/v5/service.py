@@ -601,7 +601,7 @@ class MessagingService:
             keep_wait = True
         try:
             # a delivery time still to come parks it in the timer topic (the store does)
-            result = self.store.put(stored, keep_wait=keep_wait)
+            result = self.store.put(stored, keep_wait=keep_wait, timer=True)
         except MessageFormatError as exc:
             raise RequestError(Code.MESSAGE_CORRUPTED, str(exc)) from None
         if keep_wait:
@@ -662,7 +662,7 @@ class MessagingService:
                 born_host=_peer(context),
             )
             try:
-                result = self.store.put(marker)
+                result = self.store.put(marker, timer=True)
             except MessageFormatError as exc:
                 raise RequestError(Code.INTERNAL_SERVER_ERROR, _PROXY + str(exc)) from None
         except RequestError as exc:
