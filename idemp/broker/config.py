@@ -82,6 +82,9 @@ class BrokerConfig:
     grpcServerPort: int = DEFAULT_GRPC_PORT
     # the proxy's minInvisibleTimeMillsForRecv: a receive asking less is refused (40011)
     minInvisibleTimeMillsForRecv: int = 10_000
+    # RocketMQ 5's broker: the percentage of POP receives that read the retry topic
+    # before the topic's own queues (the rest read it only to fill the batch)
+    popFromRetryProbability: int = 20
     # the proxy's: how long a 5.x half message's transaction data is kept for its
     # EndTransaction ("cannot found transaction data" after; the check-back resolves it)
     transactionDataExpireMillis: int = 30_000

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Container
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -70,16 +70,18 @@ SYSTEM_TOPIC_NAMES = SYSTEM_TOPICS | {DEFAULT_TOPIC, "CHECKPOINT_TOPIC"}
 _ALLOWED = TOPIC_PATTERN.pattern
 
 
-def grpc_topic_error(topic: str) -> str | None:
+def grpc_topic_error(topic: str, system: Container[str] = ()) -> str | None:
     """What RocketMQ 5.3.3's proxy says of a topic a 5.x client names (GrpcValidator:
-    Validators.checkTopic, then no system topic), or None."""
+    Validators.checkTopic, then no system topic), or None. ``system``: the broker's own
+    system topics (its cluster's and its own name, the cluster's reply topic), which
+    TopicConfigManager adds to TopicValidator's set at start."""
     if not topic or topic.isspace():
         return "The specified topic is blank"
     if len(topic) > TOPIC_MAX_LENGTH:
         return f"The specified topic is longer than topic max length {TOPIC_MAX_LENGTH}."
     if not TOPIC_PATTERN.fullmatch(topic):
         return f"The specified topic[{topic}] contains illegal characters, allowing only {_ALLOWED}"
-    if topic in SYSTEM_TOPIC_NAMES or topic.startswith(SYSTEM_TOPIC_PREFIX):
+    if topic in SYSTEM_TOPIC_NAMES or topic in system or topic.startswith(SYSTEM_TOPIC_PREFIX):
         return "cannot access system topic"
     return None
 

@@ -193,14 +193,18 @@ def _msg_check(
     return tcfg, queue_id
 
 
+def illegal_text(max_message_size: int) -> str:
+    return (
+        "the message is illegal, maybe msg body or properties length not matched. "
+        f"msg body length limit {max_message_size}B, msg properties length limit 32KB."
+    )
+
+
 def illegal(server: Broker, request: RemotingCommand) -> RemotingCommand:
     """SendMessageProcessor's one answer for a body over maxMessageSize or properties
     over 32767 (the store's MESSAGE_ILLEGAL and PROPERTIES_SIZE_EXCEEDED alike)."""
     return request.response(
-        ResponseCode.MESSAGE_ILLEGAL,
-        "the message is illegal, maybe msg body or properties length not matched. "
-        f"msg body length limit {server.config.maxMessageSize}B, "
-        "msg properties length limit 32KB.",
+        ResponseCode.MESSAGE_ILLEGAL, illegal_text(server.config.maxMessageSize)
     )
 
 

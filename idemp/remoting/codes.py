@@ -312,6 +312,7 @@ class Prop:
     REAL_TOPIC = "REAL_TOPIC"
     REAL_QID = "REAL_QID"
     TRAN_MSG = "TRAN_MSG"
+    INNER_NUM = "INNER_NUM"  # RocketMQ 5: how many an inner batch holds (its broker checks it)
     PGROUP = "PGROUP"
     MIN_OFFSET = "MIN_OFFSET"
     MAX_OFFSET = "MAX_OFFSET"

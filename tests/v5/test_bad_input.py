@@ -255,17 +255,37 @@ def test_forged_receipt_handles(raw: Raw, admin: RawClient, names: Callable[[str
     def change(handle: str) -> tuple[int, str]:
         return raw.change(group, topic, handle)
 
-    # not a handle at all: RocketMQ 5.3.3 cannot parse it and answers 50001
-    for handle in ("garbage", ""):
-        code, message, ((entry_code, entry_message),) = ack(handle)
-        assert (code, message, entry_code) == (50001, "INTERNAL_SERVER_ERROR", 50001)
-        assert entry_message.startswith("Parse failed, dataList size 1")
-        code, message = change(handle)
-        assert code == 50001 and message.startswith("Parse failed, dataList size 1")
-    # well formed, long past its time: 40013, "expired"
-    code, message, ((entry_code, entry_message),) = ack("1 2 3 4 5 6 7 8")
-    assert (code, message, entry_code) == (40013, "INVALID_RECEIPT_HANDLE", 40013)
-    assert entry_message.endswith("receipt handle is expired")
+    # not a handle at all: RocketMQ 5.3.3 cannot parse it and answers 50001 with what
+    # ReceiptHandle.decode threw (the message, its class, its first frame)
+    unparsable = {
+        "garbage": "Parse failed, dataList size 1. IllegalArgumentException. "
+        "org.apache.rocketmq.common.consumer.ReceiptHandle.decode(ReceiptHandle.java:56)",
+        "": "Parse failed, dataList size 1. IllegalArgumentException. "
+        "org.apache.rocketmq.common.consumer.ReceiptHandle.decode(ReceiptHandle.java:56)",
+        "1 2 3 x 5 6 7 8": 'For input string: "x". NumberFormatException. '
+        "java.base/java.lang.NumberFormatException.forInputString(NumberFormatException.java:67)",
+    }
+    for handle, words in unparsable.items():
+        assert ack(handle) == (50001, "INTERNAL_SERVER_ERROR", [(50001, words)])
+        assert change(handle) == (50001, words)
+    # well formed, long past its time: 40013, the proxy's exception
+    expired = "org.apache.rocketmq.proxy.common.ProxyException: receipt handle is expired"
+    assert ack("1 2 3 4 5 6 7 8") == (40013, "INVALID_RECEIPT_HANDLE", [(40013, expired)])
+    # a dead letter needs the handle's commit log offset (a ninth field), not its time
+    forward = raw.unary(
+        "ForwardMessageToDeadLetterQueue",
+        pb.ForwardMessageToDeadLetterQueueRequest(
+            group=resource(group),
+            topic=resource(topic),
+            receipt_handle="1 2 3 4 5 6 7 8",
+            message_id="01",
+        ),
+        pb.ForwardMessageToDeadLetterQueueResponse,
+    )
+    assert (forward.status.code, forward.status.message) == (
+        pb.INVALID_RECEIPT_HANDLE,
+        "org.apache.rocketmq.proxy.common.ProxyException: commit log offset is empty",
+    )
 
 
 def test_client_requests_without_settings_and_unknown_transactions(
@@ -427,7 +447,7 @@ def test_settings_of_a_client_type_the_server_does_not_know(
 def test_malformed_protobuf_and_unimplemented_rpcs(raw: Raw, broker5: Endpoint5) -> None:
     with pytest.raises(grpc.RpcError) as bad:
         raw.unary("QueryRoute", b"\xff\xff\xff\xff", pb.QueryRouteResponse)
-    assert bad.value.code() == grpc.StatusCode.UNKNOWN
+    assert (bad.value.code(), bad.value.details()) == (grpc.StatusCode.UNKNOWN, "")
     for unserved in ("PullMessage", "UpdateOffset", "GetOffset", "QueryOffset"):
         with pytest.raises(grpc.RpcError) as missing:
             raw.unary(unserved, b"", pb.QueryRouteResponse)
@@ -498,3 +518,156 @@ def test_transaction_data_is_the_message_id_taken_once_and_kept_for_a_while(
             assert [m.body for m in admin.pull_messages("TxT")] == [b"x"]  # B2 only
         finally:
             raw.close()
+
+
+def test_the_brokers_own_topics_are_system_topics(raw: Raw) -> None:
+    """TopicConfigManager adds its cluster's and its own name and the cluster's reply
+    topic to TopicValidator's system topics at start, which the proxy then refuses."""
+    for topic in ("DefaultCluster", "broker-a", "DefaultCluster_REPLY_TOPIC"):
+        answer = raw.unary(
+            "QueryRoute", pb.QueryRouteRequest(topic=resource(topic)), pb.QueryRouteResponse
+        )
+        assert (answer.status.code, answer.status.message) == (
+            pb.ILLEGAL_TOPIC,
+            "cannot access system topic",
+        ), topic
+
+
+NO_TOPIC_CONFIG = (
+    'Cannot invoke "org.apache.rocketmq.common.TopicConfig.getPerm()" because "topicConfig" '
+    "is null. NullPointerException. org.apache.rocketmq.proxy.service.route"
+    ".LocalTopicRouteService.toTopicRouteData(LocalTopicRouteService.java:83)"
+)
+ILLEGAL = (
+    "org.apache.rocketmq.proxy.common.ProxyException: the message is illegal, maybe msg body "
+    "or properties length not matched. msg body length limit 4194304B, msg properties length "
+    "limit 32KB."
+)
+
+
+def test_sends_the_broker_refuses_after_the_proxy_let_them_through(
+    raw: Raw, admin: RawClient, names: Callable[[str], str]
+) -> None:
+    """A delivery time beyond protobuf's range (what a client sends given milliseconds)
+    fails Timestamps.toMillis; INNER_NUM is the broker's (HookUtils.checkInnerBatch); the
+    proxy sends several messages as one batch, which the store refuses transactional,
+    and whose type it checks on the first message alone; a retry or DLQ topic's type is
+    never checked, and one that does not exist fails the route look-up."""
+    topic, delay, tx = names("T"), names("D"), names("X")
+    assert admin.create_topic(topic, 1).code == 0
+    assert admin.create_topic(delay, 1, attributes="+message.type=DELAY").code == 0
+    assert admin.create_topic(tx, 1, attributes="+message.type=TRANSACTION").code == 0
+    in_ms = Timestamp(seconds=int(time.time() * 1000) + 60_000)
+    soon = Timestamp(seconds=int(time.time()) + 60)
+    cases = {
+        "milliseconds": (
+            [_message(delay, delivery_timestamp=in_ms)],
+            pb.INTERNAL_SERVER_ERROR,
+            "Timestamp is not valid. See proto definition for valid values. "
+            f"Seconds ({in_ms.seconds}) must be in range [-62,135,596,800, +253,402,300,799]. "
+            "Nanos (0) must be in range [0, +999,999,999].. IllegalArgumentException. "
+            "com.google.protobuf.util.Timestamps.checkValid(Unknown Source)",
+        ),
+        "inner num": (
+            [
+                pb.Message(
+                    topic=resource(topic),
+                    body=b"x",
+                    user_properties={"INNER_NUM": "2"},
+                    system_properties=pb.SystemProperties(message_id="01"),
+                )
+            ],
+            pb.INTERNAL_SERVER_ERROR,
+            ILLEGAL,
+        ),
+        "two transactional": (
+            [_message(tx, message_type=pb.TRANSACTION), _message(tx, message_type=pb.TRANSACTION)],
+            pb.INTERNAL_SERVER_ERROR,
+            ILLEGAL,
+        ),
+        "first delayed": (
+            [_message(delay, delivery_timestamp=soon), _message(delay)],
+            pb.OK,
+            "OK",
+        ),
+        "unknown retry topic": (
+            [_message("%RETRY%" + names("G"))],
+            pb.INTERNAL_SERVER_ERROR,
+            NO_TOPIC_CONFIG,
+        ),
+        "unknown dlq topic": (
+            [_message("%DLQ%" + names("G"))],
+            pb.INTERNAL_SERVER_ERROR,
+            NO_TOPIC_CONFIG,
+        ),
+    }
+    got, expected = {}, {}
+    for name, (messages, code, text) in cases.items():
+        answer = raw.unary(
+            "SendMessage", pb.SendMessageRequest(messages=messages), pb.SendMessageResponse
+        )
+        got[name] = (answer.status.code, answer.status.message)
+        expected[name] = (code, text)
+    assert got == expected
+
+
+def test_receives_the_pop_fails(raw: Raw, admin: RawClient, names: Callable[[str], str]) -> None:
+    """A topic the broker lacks passes the proxy's name check and fails its route
+    look-up; a negative batch size sizes the pop's list."""
+    topic, group = names("T"), names("G")
+    assert admin.create_topic(topic, 1).code == 0
+    cases = {
+        names("Nope"): (1, NO_TOPIC_CONFIG),
+        topic: (
+            -1,
+            "Illegal Capacity: -1. IllegalArgumentException. "
+            "java.base/java.util.ArrayList.<init>(ArrayList.java:160)",
+        ),
+    }
+    for name, (batch, words) in cases.items():
+        settings, request = simple_consumer(group, name)
+        assert raw.first_telemetry(settings).status.code == pb.OK
+        request.batch_size = batch
+        answers = raw.stream("ReceiveMessage", request, pb.ReceiveMessageResponse)
+        statuses = [(a.status.code, a.status.message) for a in answers if a.HasField("status")]
+        assert statuses == [(pb.INTERNAL_SERVER_ERROR, words)], name
+
+
+def test_a_subscription_needs_a_consumer_client_type(raw: Raw, names: Callable[[str], str]) -> None:
+    """ClientActivity.buildConsumeType: the stream ends INTERNAL."""
+    for kind in (pb.PRODUCER, pb.CLIENT_TYPE_UNSPECIFIED, pb.PULL_CONSUMER):
+        settings, _ = simple_consumer(names("G"), names("T"))
+        settings.client_type = kind
+        with pytest.raises(grpc.RpcError) as refused:
+            raw.first_telemetry(settings)
+        assert (refused.value.code(), refused.value.details()) == (
+            grpc.StatusCode.INTERNAL,
+            "process client telemetryCommand failed. Client type is not consumer, type: "
+            + pb.ClientType.Name(kind),
+        )
+
+
+def test_an_ack_or_change_naming_a_queue_without_that_offset(
+    raw: Raw, admin: RawClient, broker5: Endpoint5, names: Callable[[str], str]
+) -> None:
+    """The broker's ack (offset above the queue's max) and change (at its max too)
+    answer NO_MESSAGE, an abnormal status to the proxy."""
+    topic, other, group = names("T"), names("O"), names("G")
+    assert admin.create_topic(topic, 1).code == 0
+    assert admin.create_topic(other, 1).code == 0
+    for body in (b"first", b"second"):
+        assert admin.send_message(topic, body).code == 0
+    admin.indexed(topic, 0, 2)
+    for _ in range(2):  # the second message's handle: queue offset 1, above other's max 0
+        message = raw.receive_one(group, topic, invisible_s=broker5.invisible_s * 10)
+    handle = message.system_properties.receipt_handle
+    assert raw.ack(group, other, handle) == (
+        pb.INTERNAL_SERVER_ERROR,
+        "INTERNAL_SERVER_ERROR",
+        [(pb.INTERNAL_SERVER_ERROR, "ack failed: status is abnormal")],
+    )
+    assert raw.change(group, other, handle) == (
+        pb.INTERNAL_SERVER_ERROR,
+        "changeInvisibleDuration failed: status is abnormal",
+    )
+    assert raw.ack(group, topic, handle)[0] == pb.OK

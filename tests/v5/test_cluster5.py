@@ -18,6 +18,8 @@ import pytest
 
 from idemp.broker.process import BrokerProcess, NamesrvProcess
 from idemp.broker.v5.schema import pb
+from idemp.remoting import RemotingCommand, RequestCode
+from idemp.remoting.acl import signature
 from tests.broker.rawclient import RawClient
 
 from .conftest import Client5
@@ -287,17 +289,33 @@ def test_brokers_that_cannot_serve_5x_clients_are_left_out(
 ) -> None:
     """broker-c has gRPC off (as a RocketMQ 4.x broker has none); broker-d has ACL on and
     refuses the unsigned question for its port. Neither is offered: a 5.x client could
-    not reach the one, and the other's port is unknown. Every broker has its cluster's
-    topic (clusterTopicEnable)."""
+    not reach the one, and the other's port is unknown. Every broker has the topic."""
     acl = tmp_path / "acl" / "plain_acl.yml"
     acl.parent.mkdir()
     acl.write_text(
         "accounts:\n  - accessKey: operator\n    secretKey: s3cr3t-ops\n    admin: true\n"
     )
     joining = {"namesrvAddr": cluster.namesrv, "embeddedNamesrv": "false"}
-    make_broker(brokerName="broker-c", grpcServerPort=-1, **joining)
-    make_broker(brokerName="broker-d", aclEnable="true", aclPlainFile=str(acl), **joining)
-    route = query_route(cluster.a.grpc_addr, "DefaultCluster")
+    c = make_broker(brokerName="broker-c", grpcServerPort=-1, **joining)
+    d = make_broker(brokerName="broker-d", aclEnable="true", aclPlainFile=str(acl), **joining)
+    cluster.create("Everywhere", "EverywhereGroup")
+    with RawClient(c.broker_addr) as admin:
+        assert admin.create_topic("Everywhere", QUEUES).code == 0
+    with RawClient(d.broker_addr) as admin:
+        create = {
+            "topic": "Everywhere",
+            "defaultTopic": "TBW102",
+            "readQueueNums": str(QUEUES),
+            "writeQueueNums": str(QUEUES),
+            "perm": "6",
+            "topicFilterType": "SINGLE_TAG",
+            "AccessKey": "operator",
+            "OnsChannel": "ALIYUN",
+        }
+        cmd = RemotingCommand(code=RequestCode.UPDATE_AND_CREATE_TOPIC, ext_fields=create)
+        cmd.ext_fields["Signature"] = signature(cmd, "s3cr3t-ops")
+        assert admin.wait_response(admin.send(cmd)).code == 0
+    route = query_route(cluster.a.grpc_addr, "Everywhere")
     assert route.status.code == pb.OK
     assert sorted({q.broker.name for q in route.message_queues}) == ["broker-a", "broker-b"]
 

@@ -319,7 +319,7 @@ class _Connection(asyncio.Protocol):
         try:
             request = stream.rpc.request.FromString(payload)
         except DecodeError:
-            self._end(stream_id, UNKNOWN, "Exception deserializing request!")
+            self._end(stream_id, UNKNOWN, "")  # grpc-java sends no description then
             return False
         if stream.requests is not None:
             stream.requests.put_nowait(request)

@@ -24,12 +24,15 @@ Everything runs on the broker's event loop.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
+import random
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from idemp.remoting.codes import Prop, pop_retry_topic
+from idemp.remoting.javaparse import parse_java_int
 from idemp.remoting.message import MessageExt, decode_message
 from idemp.waiting import within
 
@@ -52,6 +55,16 @@ RETRY_TOPIC = "1"
 
 class HandleError(Exception):
     """A receipt handle that cannot be used: the proxy answers INVALID_RECEIPT_HANDLE."""
+
+
+# the proxy's ProxyException, whose toString the gRPC status carries (GrpcProxyException)
+_PROXY_EXCEPTION = "org.apache.rocketmq.proxy.common.ProxyException: "
+EXPIRED = _PROXY_EXCEPTION + "receipt handle is expired"
+
+
+class OffsetOutside(Exception):
+    """The handle's queue offset is not in the queue the request names: the broker's ack
+    or change answers NO_MESSAGE, which the proxy calls an abnormal status."""
 
 
 class MalformedHandle(HandleError):
@@ -85,22 +98,46 @@ class Receipt:
 
     @classmethod
     def decode(cls, text: str) -> Receipt:
-        parts = text.split(" ")
+        """ReceiptHandle.decode: Java's split (trailing empty fields dropped), then each
+        number parsed in turn; what it throws is the answer, in the proxy's words."""
+        parts = _java_split(text)
         if len(parts) < 8:
-            raise MalformedHandle(f"Parse failed, dataList size {len(parts)}: not a receipt handle")
-        try:
-            return cls(
-                int(parts[0]),
-                int(parts[1]),
-                int(parts[2]),
-                parts[4],
-                parts[5],
-                int(parts[6]),
-                int(parts[7]),
-                int(parts[8]) if len(parts) > 8 else -1,
+            raise MalformedHandle(
+                f"Parse failed, dataList size {len(parts)}. IllegalArgumentException. "
+                "org.apache.rocketmq.common.consumer.ReceiptHandle.decode(ReceiptHandle.java:56)"
             )
-        except ValueError:
-            raise MalformedHandle("Parse failed: a receipt handle field is not a number") from None
+        bits = {0: 64, 1: 64, 2: 64, 3: 32, 6: 32, 7: 64, 8: 64}
+        numbers: dict[int, int] = {}
+        for index, size in bits.items():
+            if index < len(parts):
+                value = parse_java_int(parts[index], size)
+                if value is None:
+                    raise MalformedHandle(
+                        f'For input string: "{parts[index]}". NumberFormatException. '
+                        "java.base/java.lang.NumberFormatException.forInputString"
+                        "(NumberFormatException.java:67)"
+                    )
+                numbers[index] = value
+        return cls(
+            numbers[0],
+            numbers[1],
+            numbers[2],
+            parts[4],
+            parts[5],
+            numbers[6],
+            numbers[7],
+            numbers.get(8, -1),
+        )
+
+
+def _java_split(text: str) -> list[str]:
+    """String.split(" "): trailing empty strings dropped, but "" is one empty field."""
+    if not text:
+        return [""]
+    parts = text.split(" ")
+    while parts and not parts[-1]:
+        parts.pop()
+    return parts
 
 
 @dataclass(slots=True)
@@ -160,9 +197,17 @@ class _Due:
 
 
 class PopService:
-    def __init__(self, store: MessageStore, broker_name: str) -> None:
+    def __init__(
+        self,
+        store: MessageStore,
+        broker_name: str,
+        retry_first_percent: Callable[[], int] = lambda: 20,
+    ) -> None:
         self.store = store
         self.broker_name = broker_name
+        # PopMessageProcessor: popFromRetryProbability, read at every pop
+        self.retry_first_percent = retry_first_percent
+        self._random = random.Random()
         self._state: dict[tuple[str, str], _GroupTopic] = {}
         # what falls due when (revive), and what a connected client keeps invisible (renew)
         self._due: Deadlines[_Due] = Deadlines(self._holds)
@@ -234,10 +279,13 @@ class PopService:
         if cfg is None:
             return []
         out: list[Popped] = []
-        if not fifo:
-            retry = pop_retry_topic(group, topic)
-            self._retry_of[retry] = topic
-            if self.store.topics.get(retry) is not None:
+        retry = pop_retry_topic(group, topic)
+        self._retry_of[retry] = topic
+        has_retry = not fifo and self.store.topics.get(retry) is not None
+        retry_first = self._random.randrange(100) < self.retry_first_percent()
+
+        def pop_retry() -> None:
+            if has_retry and len(out) < batch:
                 self._pop_queue(
                     group,
                     topic,
@@ -251,6 +299,9 @@ class PopService:
                     accepts,
                     max_attempts,
                 )
+
+        if retry_first:
+            pop_retry()
         for qid in range(cfg.readQueueNums):
             if len(out) >= batch:
                 break
@@ -272,6 +323,8 @@ class PopService:
                     accepts,
                     max_attempts,
                 )
+        if not retry_first:  # the retry topic fills what the queues left
+            pop_retry()
         if renew_for is not None:
             self._renewed(group, topic, out, renew_for, now)
         return out
@@ -465,8 +518,10 @@ class PopService:
     # --- ack, change, dead letter -----------------------------------------------------
     def _find(self, group: str, topic: str, receipt: Receipt) -> _Due | None:
         """Where the delivery ``receipt`` stands for is held; None when its message is not
-        invisible (acked already, or never received). Raises HandleError when the message
-        is invisible under another handle (one ChangeInvisibleDuration replaced)."""
+        invisible (acked already, or never received) or is invisible under another handle
+        (one a ChangeInvisibleDuration replaced). RocketMQ 5.3.3 takes such a handle until
+        its own time runs out, and its ack or change leaves the newer delivery standing:
+        the message comes back at that one's time (measured)."""
         state = self._state.get((group, topic))
         if state is None:
             return None
@@ -481,7 +536,7 @@ class PopService:
         if held is None:
             return None
         if held.receipt != receipt:
-            raise HandleError("INVALID_RECEIPT_HANDLE")
+            return None
         return _Due((group, topic), state, key, held, order)
 
     def _check(self, group: str, topic: str, text: str) -> tuple[Receipt, _Due | None]:
@@ -491,7 +546,7 @@ class PopService:
         found = self._find(group, topic, receipt)
         deadline = found.held.deadline if found is not None else receipt.visible_at
         if deadline <= int(time.time() * 1000):
-            raise HandleError("receipt handle is expired")
+            raise HandleError(EXPIRED)
         return receipt, found
 
     @staticmethod
@@ -500,13 +555,28 @@ class PopService:
         expired): all that is checked when the request names a topic the broker lacks."""
         receipt = Receipt.decode(text)
         if receipt.visible_at <= int(time.time() * 1000):
-            raise HandleError("receipt handle is expired")
+            raise HandleError(EXPIRED)
         return receipt
 
+    def _outside(self, group: str, topic: str, receipt: Receipt, *, last_included: bool) -> None:
+        """AckMessageProcessor (offset below the queue's min or above its max) and
+        ChangeInvisibleTimeProcessor (at its max too): NO_MESSAGE."""
+        stored = pop_retry_topic(group, topic) if receipt.topic_type == RETRY_TOPIC else topic
+        cq = self.store.find_queue(stored, receipt.queue_id)
+        low, high = (cq.min_offset, cq.max_offset) if cq is not None else (0, 0)
+        if (
+            receipt.offset < low
+            or receipt.offset > high
+            or (receipt.offset == high and not last_included)
+        ):
+            raise OffsetOutside()
+
     def ack(self, group: str, topic: str, handle: str) -> None:
-        """Raises HandleError for an expired or malformed handle; acking a message that
-        is already acked (or was never received) is accepted, as RocketMQ's ack is."""
+        """Raises HandleError for an expired or malformed handle, OffsetOutside when the
+        topic's queue has no such offset; acking a message that is already acked (or was
+        never received) is accepted, as RocketMQ's ack is."""
         receipt, found = self._check(group, topic, handle)
+        self._outside(group, topic, receipt, last_included=True)
         if found is None:
             return
         if found.order is not None:
@@ -521,6 +591,7 @@ class PopService:
         delivery attempt stays: what comes back after it is the next attempt. An explicit
         invisible duration ends auto-renewal."""
         receipt, found = self._check(group, topic, handle)
+        self._outside(group, topic, receipt, last_included=False)
         now = int(time.time() * 1000)
         fresh = dataclasses.replace(receipt, pop_time=now, invisible_ms=invisible_ms)
         if found is None:
@@ -535,16 +606,19 @@ class PopService:
         return fresh
 
     def forward_to_dlq(self, group: str, topic: str, handle: str) -> None:
-        receipt, found = self._check(group, topic, handle)
-        msg = (
-            self.store.lookup(receipt.commit_log_offset) if receipt.commit_log_offset >= 0 else None
-        )
+        """ProducerProcessor.forwardMessageToDeadLetterQueue: no expiry check, only a
+        commit log offset in the handle; the message sent back, then acked, an ack whose
+        failure (an expired handle) nobody hears."""
+        receipt = Receipt.decode(handle)
+        if receipt.commit_log_offset < 0:
+            raise HandleError(_PROXY_EXCEPTION + "commit log offset is empty")
+        msg = self.store.lookup(receipt.commit_log_offset)
         if msg is None:
             raise HandleError("receipt handle is invalid")
         if self.store.disk.full:  # the message stays in flight and comes back
             raise DiskFull()
         self._to_dlq(group, topic, msg)
-        if found is not None:
+        with contextlib.suppress(HandleError, OffsetOutside):
             self.ack(group, topic, handle)
 
     def _to_dlq(self, group: str, topic: str, msg: MessageExt) -> None:

@@ -13,14 +13,20 @@ import asyncio
 import logging
 import random
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Container
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import grpc
 from google.protobuf.duration_pb2 import Duration
 
-from idemp.remoting.codes import TRANS_HALF_TOPIC, MessageSysFlag, Prop
+from idemp.remoting.codes import (
+    DLQ_GROUP_TOPIC_PREFIX,
+    RETRY_GROUP_TOPIC_PREFIX,
+    TRANS_HALF_TOPIC,
+    MessageSysFlag,
+    Prop,
+)
 from idemp.remoting.javahash import java_string_hash
 from idemp.remoting.message import MessageExt, MessageFormatError
 from idemp.remoting.sql92 import SelectorError, compile_selector
@@ -28,11 +34,12 @@ from idemp.remoting.sql92 import SelectorError, compile_selector
 from ..diskguard import DiskFull
 from ..halfcheck import STORE_REFUSED
 from ..metadata import Perm, grpc_group_error, grpc_topic_error
+from ..send import illegal_text
 from ..store import TIMER_DELIVER_MS, TIMER_TOPIC
 from ..timer import delete_key
 from .cluster import ClusterView
 from .convert import SYSTEM_KEYS, message_type_of, timestamp, to_proto, to_stored
-from .pop import HandleError, MalformedHandle, PopService, Receipt
+from .pop import HandleError, MalformedHandle, OffsetOutside, PopService, Receipt
 from .recall import RECALL_TAG, build_handle, parse_handle, refusal
 from .schema import Code, pb, status
 
@@ -53,6 +60,15 @@ PRODUCER_MAX_ATTEMPTS = 3
 MAX_DELAY_MS = 24 * 3600 * 1000
 MAX_RECOVERY_S = 3600
 _PROXY = "org.apache.rocketmq.proxy.common.ProxyException: "
+# what LocalTopicRouteService meets for a topic the broker lacks, where it is not asked
+# first whether there is one (a receive; a send to a retry or DLQ topic)
+_NO_TOPIC_CONFIG = (
+    'Cannot invoke "org.apache.rocketmq.common.TopicConfig.getPerm()" because "topicConfig" '
+    "is null. NullPointerException. org.apache.rocketmq.proxy.service.route"
+    ".LocalTopicRouteService.toTopicRouteData(LocalTopicRouteService.java:83)"
+)
+# protobuf's Timestamp range (Timestamps.checkValid, run by Timestamps.toMillis)
+_TIMESTAMP_SECONDS = (-62_135_596_800, 253_402_300_799)
 _UNPARSED: set[str] = set()  # SQL92 filters said not to compile (in the log)
 NO_TRANSACTION_DATA = _PROXY + "cannot found transaction data"
 MESSAGE_GROUP_MAX = 64
@@ -123,13 +139,18 @@ class MessagingService:
         self.broker = broker
         assert broker.store is not None
         self.store = broker.store
-        self.pop = PopService(broker.store, broker.config.brokerName)
+        config = broker.config
+        self.pop = PopService(
+            broker.store, config.brokerName, lambda: config.popFromRetryProbability
+        )
         self.cluster = ClusterView(broker)
         self.clients: dict[str, ClientState] = {}
         # set when a client appears: the revive loop sleeps on it while there is
         # nothing to revive, renew or expire (an idle broker wakes no more than it must)
         self.client_arrived = asyncio.Event()
         self.endpoint: tuple[str, int] = (broker.config.brokerIP1, 0)
+        cluster = broker.config.brokerClusterName
+        self.system_topics = {cluster, broker.config.brokerName, f"{cluster}_REPLY_TOPIC"}
         self._rr = random.randrange(1 << 16)
         # the proxy's TransactionDataManager: (topic, transaction id) -> the half's commit
         # log offset and when the entry expires; EndTransaction takes its entry
@@ -218,7 +239,7 @@ class MessagingService:
     def _known_topic(self, resource: Any) -> Any:
         """The topic's config, or None when the broker has no such topic (a valid name)."""
         name = resource.name
-        err = grpc_topic_error(name)
+        err = grpc_topic_error(name, self.system_topics)
         if err:
             raise RequestError(Code.ILLEGAL_TOPIC, err)
         return self.store.topics.get(name)
@@ -415,7 +436,7 @@ class MessagingService:
             async for command in requests:
                 kind = command.WhichOneof("command")
                 if kind == "settings":
-                    refusal = _settings_refusal(command.settings)
+                    refusal = _settings_refusal(command.settings, self.system_topics)
                     if refusal is not None:
                         await queue.put(refusal)
                         return
@@ -461,10 +482,19 @@ class MessagingService:
             queue_id = self._select_queue(cfg, request)
             peer = _peer(context)
             ends = []
-            validated = [self._validated(m, cfg, queue_id, peer) for m in request.messages]
+            checked = not cfg.topicName.startswith(
+                (RETRY_GROUP_TOPIC_PREFIX, DLQ_GROUP_TOPIC_PREFIX)
+            )
+            validated = [
+                self._validated(m, cfg, queue_id, peer, checked and i == 0)
+                for i, m in enumerate(request.messages)
+            ]
             refusal = self.store.write_refusal()
             if refusal is not None:  # the broker's remark, wrapped by the proxy
                 raise RequestError(Code.INTERNAL_SERVER_ERROR, _PROXY + refusal)
+            if _store_refuses(validated):
+                illegal = illegal_text(self.broker.config.maxMessageSize)
+                raise RequestError(Code.INTERNAL_SERVER_ERROR, _PROXY + illegal)
             for message, stored in zip(request.messages, validated):
                 entry, end = self._put(stored, message)
                 entries.append(entry)
@@ -484,7 +514,10 @@ class MessagingService:
         """The proxy checks the message type against the topic's before it looks the
         topic up, so an unknown topic fails that check (its type is UNSPECIFIED)."""
         name = message.topic.name
-        if name and not grpc_topic_error(name) and self.store.topics.get(name) is None:
+        missing = not grpc_topic_error(name, self.system_topics) and not self.store.topics.get(name)
+        if name and missing and name.startswith((RETRY_GROUP_TOPIC_PREFIX, DLQ_GROUP_TOPIC_PREFIX)):
+            raise RequestError(Code.INTERNAL_SERVER_ERROR, _NO_TOPIC_CONFIG)  # type unchecked
+        if name and missing:
             got = message_type_of(to_stored(message, 0, ("", 0), name).properties)
             conflict = _type_conflict("UNSPECIFIED", got)
             raise RequestError(Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, conflict)
@@ -500,7 +533,9 @@ class MessagingService:
         self._rr += 1
         return self._rr % writable
 
-    def _validated(self, message: Any, cfg: Any, queue_id: int, peer: tuple[str, int]) -> Any:
+    def _validated(
+        self, message: Any, cfg: Any, queue_id: int, peer: tuple[str, int], type_checked: bool
+    ) -> Any:
         sysp = message.system_properties
         limit = self.broker.config.maxMessageSize
         if not message.body:  # the proxy's enableMessageBodyEmptyCheck, on by default
@@ -554,6 +589,7 @@ class MessagingService:
                     f"{MAX_RECOVERY_S}",
                 )
         if sysp.HasField("delivery_timestamp"):
+            _check_timestamp(sysp.delivery_timestamp)
             deliver = _ms(sysp.delivery_timestamp)
             if deliver - int(time.time() * 1000) > MAX_DELAY_MS:
                 raise RequestError(
@@ -579,6 +615,9 @@ class MessagingService:
         stored = to_stored(message, queue_id, peer, cfg.topicName)
         kind = cfg.message_type
         got = message_type_of(stored.properties)
+        # ProducerProcessor checks the first message alone, and no retry or DLQ topic's
+        if not type_checked:
+            return stored
         if kind != "MIXED" and got != kind:
             conflict = _type_conflict(kind, got)
             raise RequestError(Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, conflict)
@@ -631,7 +670,7 @@ class MessagingService:
         try:
             self._client(context)
             name = request.topic.name
-            err = grpc_topic_error(name)
+            err = grpc_topic_error(name, self.system_topics)
             if err:
                 raise RequestError(Code.ILLEGAL_TOPIC, err)
             cfg = self.store.topics.get(name)
@@ -729,7 +768,7 @@ class MessagingService:
                         "please check network condition",
                     )
                 polling = remaining_ms
-            cfg = self._topic(request.message_queue.topic)
+            known = self._known_topic(request.message_queue.topic)
             gcfg = self._group(request.group)
             invisible = _ms(request.invisible_duration)
             if request.auto_renew:
@@ -746,6 +785,15 @@ class MessagingService:
                     f"the invisibleTime is too large. max is {MAX_INVISIBLE_MS}",
                 )
             accepts = _filter(request.filter_expression)
+            if known is None:  # the pop's route look-up
+                raise RequestError(Code.INTERNAL_SERVER_ERROR, _NO_TOPIC_CONFIG)
+            cfg = known
+            if request.batch_size < 0:  # the pop's message list, sized by it
+                raise RequestError(
+                    Code.INTERNAL_SERVER_ERROR,
+                    f"Illegal Capacity: {request.batch_size}. IllegalArgumentException. "
+                    "java.base/java.util.ArrayList.<init>(ArrayList.java:160)",
+                )
             max_attempts = (
                 settings.backoff_policy.max_attempts
                 if settings is not None and settings.backoff_policy.max_attempts > 0
@@ -817,6 +865,8 @@ class MessagingService:
                     st = status(Code.OK)
             except HandleError as exc:
                 st = status(_handle_code(exc), str(exc))
+            except OffsetOutside:
+                st = status(Code.INTERNAL_SERVER_ERROR, "ack failed: status is abnormal")
             results.append(
                 pb.AckMessageResultEntry(
                     message_id=entry.message_id, receipt_handle=entry.receipt_handle, status=st
@@ -859,6 +909,10 @@ class MessagingService:
                 )
             except HandleError as exc:
                 raise RequestError(_handle_code(exc), str(exc)) from None
+            except OffsetOutside:
+                raise RequestError(
+                    Code.INTERNAL_SERVER_ERROR, "changeInvisibleDuration failed: status is abnormal"
+                ) from None
         except RequestError as exc:
             return pb.ChangeInvisibleDurationResponse(status=status(exc.code, exc.message))
         return pb.ChangeInvisibleDurationResponse(
@@ -937,7 +991,29 @@ class _Abort:
     details: str
 
 
-def _settings_refusal(settings: Any) -> _Abort | None:
+def _check_timestamp(stamp: Any) -> None:
+    low, high = _TIMESTAMP_SECONDS
+    if not (low <= stamp.seconds <= high and 0 <= stamp.nanos <= 999_999_999):
+        raise RequestError(
+            Code.INTERNAL_SERVER_ERROR,
+            "Timestamp is not valid. See proto definition for valid values. "
+            f"Seconds ({stamp.seconds}) must be in range [-62,135,596,800, +253,402,300,799]. "
+            f"Nanos ({stamp.nanos}) must be in range [0, +999,999,999].. "
+            "IllegalArgumentException. "
+            "com.google.protobuf.util.Timestamps.checkValid(Unknown Source)",
+        )
+
+
+def _store_refuses(messages: list[MessageExt]) -> bool:
+    """The broker's MESSAGE_ILLEGAL: INNER_NUM without the inner-batch flag
+    (HookUtils.checkInnerBatch), or a batch of transactional messages (the proxy sends
+    several messages as one batch; CommitLog.asyncPutMessages refuses those)."""
+    if any(Prop.INNER_NUM in m.properties for m in messages):
+        return True
+    return len(messages) > 1 and any(m.properties.get(Prop.TRAN_MSG) == "true" for m in messages)
+
+
+def _settings_refusal(settings: Any, system_topics: Container[str]) -> _Abort | None:
     """ClientActivity.processAndWriteClientSettings: publishing topics and the
     subscription group are validated, settings with neither are refused (each refusal
     ends the Telemetry stream with INVALID_ARGUMENT); a client type Java cannot number
@@ -946,13 +1022,19 @@ def _settings_refusal(settings: Any) -> _Abort | None:
     invalid = grpc.StatusCode.INVALID_ARGUMENT
     if settings.HasField("publishing"):
         for topic in settings.publishing.topics:
-            err = grpc_topic_error(topic.name)
+            err = grpc_topic_error(topic.name, system_topics)
             if err:
                 return _Abort(invalid, failed + err)
     elif settings.HasField("subscription"):
         err = grpc_group_error(settings.subscription.group.name)
         if err:
             return _Abort(invalid, failed + err)
+        kind = settings.client_type
+        if kind not in (pb.SIMPLE_CONSUMER, pb.PUSH_CONSUMER):  # buildConsumeType
+            name = pb.ClientType.Name(kind) if kind in pb.ClientType.values() else "UNRECOGNIZED"
+            return _Abort(
+                grpc.StatusCode.INTERNAL, f"{failed}Client type is not consumer, type: {name}"
+            )
     else:
         return _Abort(invalid, "there is no publishing or subscription data in settings")
     if settings.client_type not in pb.ClientType.values():
