@@ -17,7 +17,7 @@ from idemp.remoting.codes import RequestCode
 from tests.broker.rawclient import RawClient
 
 from .conftest import Client5, Endpoint5, dead_letters
-from .raw import Raw
+from .raw import Raw, simple_consumer
 
 INVISIBLE_S = 10
 PROXY = "org.apache.rocketmq.proxy.common.ProxyException: "
@@ -273,3 +273,57 @@ def test_forwarding_to_the_dlq_sends_the_handles_message_back_whatever_the_names
         assert dead.properties["RETRY_TOPIC"] == topic
         assert dead.properties["ORIGIN_MESSAGE_ID"] == sent.ext_fields["msgId"]
         assert dead.properties["DELAY"] == "0"
+
+
+def test_an_expired_handle_still_sends_its_message_to_the_dlq(
+    broker5: Endpoint5, raw: Raw, admin: RawClient, names: Callable[[str], str]
+) -> None:
+    """The proxy's forward checks no expiry, only that the handle has the commit log
+    offset of its message (the message is delivered again too: the ack after the send
+    back fails on the expired handle, quietly)."""
+    topic, group = names("T"), names("G")
+    assert admin.create_topic(topic, 1).code == 0
+    assert admin.create_group(group).code == 0
+    assert admin.send_message(topic, b"late").code == 0
+    message = raw.receive_one(group, topic, invisible_s=broker5.invisible_s)
+    time.sleep(broker5.invisible_s + 0.5)  # the handle's time runs out
+    answer = raw.unary(
+        "ForwardMessageToDeadLetterQueue",
+        pb.ForwardMessageToDeadLetterQueueRequest(
+            group=pb.Resource(name=group),
+            topic=pb.Resource(name=topic),
+            receipt_handle=message.system_properties.receipt_handle,
+            message_id=message.system_properties.message_id,
+        ),
+        pb.ForwardMessageToDeadLetterQueueResponse,
+    )
+    assert (answer.status.code, answer.status.message) == (pb.OK, "0")
+    assert [m.body for m in dead_letters(admin.addr, group, 1, 10.0)] == [b"late"]
+
+
+def test_a_receive_reads_the_retry_topic_first_as_often_as_the_broker_says(
+    broker5: Endpoint5, raw: Raw, admin: RawClient, names: Callable[[str], str]
+) -> None:
+    """PopMessageProcessor: popFromRetryProbability percent of the receives (20 by
+    default) read the POP retry topic first, the others the topic's queues, the retry
+    topic only filling the rest. At 0 and at 100 the order is certain."""
+    inv = broker5.invisible_s
+    for percent, first in ((100, b"retried"), (0, b"new")):
+        assert admin.update_broker_config(popFromRetryProbability=percent).code == 0
+        topic, group = names(f"T{percent}"), names(f"G{percent}")
+        assert admin.create_topic(topic, 1).code == 0
+        assert admin.create_group(group).code == 0
+        assert admin.send_message(topic, b"retried").code == 0
+        admin.indexed(topic, 0, 1)
+        assert raw.receive_one(group, topic, invisible_s=inv).body == b"retried"  # not acked
+        assert admin.send_message(topic, b"new").code == 0
+        admin.indexed(topic, 0, 2)
+        # revived: its copy in the POP retry topic (RocketMQ's revive lags some seconds)
+        retry = f"%RETRY%{group}_{topic}"
+        assert admin.indexed(retry, 0, 1, within=inv + 30) == 1
+        settings, request = simple_consumer(group, topic)
+        request.invisible_duration.seconds = 60
+        answers = raw.stream("ReceiveMessage", request, pb.ReceiveMessageResponse)
+        got = [a.message.body for a in answers if a.WhichOneof("content") == "message"]
+        assert got == [first], percent
+    assert admin.update_broker_config(popFromRetryProbability=20).code == 0
