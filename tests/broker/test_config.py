@@ -48,6 +48,7 @@ def test_get_broker_config_lists_rocketmqs_settings_in_its_order_then_idemps_own
         "grpcClientIdleTimeMills",
         "grpcServerPort",
         "minInvisibleTimeMillsForRecv",
+        "popFromRetryProbability",
         "rebalanceLockMaxLiveTime",
         "recallMessageEnable",
         "transactionDataExpireMillis",
