@@ -417,8 +417,6 @@ def _send_batch(
     delay = outer.get(Prop.DELAY)
     if delay is not None and java_int(delay) > 0:
         return illegal(server, request)
-    # CommitLog.MessageExtBatchEncoder: each entry's own text, a separator unless it ends
-    # in one, then the batch's properties (WAIT included): not re-encoded from a map
     outer_text = encode_stored_properties(outer)
     if len(outer_text.encode("utf-8")) > MAX_PROPERTIES:
         raise _BATCH_PROPERTIES_TOO_LONG
@@ -427,14 +425,14 @@ def _send_batch(
         texts = [e.properties.decode("utf-8") for e in raw_entries]
     except (MalformedEntry, UnicodeDecodeError):
         return illegal(server, request)
+    stored_texts = [_entry_text(inner, outer_text) for inner in texts]
+    if any(len(text.encode("utf-8")) > MAX_PROPERTIES for text in stored_texts):
+        return illegal(server, request)  # RocketMQ writes such a record unreadable
     ids: list[str] = []
     first_offset = first_phy = -1
     end = 0
     stamped = int(time.time() * 1000)  # CommitLog.putMessages: one store time for the batch
-    for entry, inner_text in zip(raw_entries, texts):
-        sep = (
-            PROPERTY_SEPARATOR if inner_text and not inner_text.endswith(PROPERTY_SEPARATOR) else ""
-        )
+    for entry, inner_text, stored_text in zip(raw_entries, texts, stored_texts):
         msg = MessageExt(
             topic=base.topic,
             queue_id=base.queue_id,
@@ -452,10 +450,10 @@ def _send_batch(
                 msg,
                 keep_wait=True,
                 apply_delay=False,
-                properties_text=inner_text + sep + outer_text,
+                properties_text=stored_text,
                 store_timestamp=stamped,
             )
-        except MessageFormatError:  # properties over 32767: RocketMQ writes them unreadable
+        except MessageFormatError:
             return illegal(server, request)
         if first_offset < 0:
             first_offset, first_phy = result.queue_offset, result.commit_log_offset
@@ -472,6 +470,13 @@ def _send_batch(
         },
     )
     return _after_flush(server, response, end)
+
+
+def _entry_text(inner: str, outer: str) -> str:
+    """CommitLog.MessageExtBatchEncoder: the entry's own text, a separator unless it
+    ends in one, then the batch's properties (WAIT included), not re-encoded from a map."""
+    sep = PROPERTY_SEPARATOR if inner and not inner.endswith(PROPERTY_SEPARATOR) else ""
+    return inner + sep + outer
 
 
 def send_back_properties(msg: MessageExt, delay_level: int) -> dict[str, str]:

@@ -321,3 +321,17 @@ def test_turning_group_auto_creation_off_at_run_time_applies_at_once(
             "subscription group not exist, SC_After \n"
             "See http://rocketmq.apache.org/docs/faq/ for further details.",
         )
+
+
+@pytest.mark.idemp_only(
+    "RocketMQ 4.9.7 stores such an entry with its properties length wrapped negative: "
+    "a record no one can read back (measured), so idemp refuses the batch instead"
+)
+def test_a_batch_with_an_entry_whose_stored_properties_overflow_stores_nothing(
+    client: RawClient,
+) -> None:
+    assert client.create_topic("SC_Overflow", 1).code == 0
+    body = batch_body([(b"fine", {}), (b"long", {"p": "x" * 32_760})])
+    answer = client.request(RequestCode.SEND_BATCH_MESSAGE, _v2("SC_Overflow"), body)
+    assert (answer.code, answer.remark) == (ResponseCode.MESSAGE_ILLEGAL, ILLEGAL)
+    assert _next_offset(client, "SC_Overflow") == 0  # not the first entry either
