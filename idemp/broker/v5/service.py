@@ -482,9 +482,7 @@ class MessagingService:
             queue_id = self._select_queue(cfg, request)
             peer = _peer(context)
             ends = []
-            checked = not cfg.topicName.startswith(
-                (RETRY_GROUP_TOPIC_PREFIX, DLQ_GROUP_TOPIC_PREFIX)
-            )
+            checked = not _retry_or_dlq(cfg.topicName)
             validated = [
                 self._validated(m, cfg, queue_id, peer, checked and i == 0)
                 for i, m in enumerate(request.messages)
@@ -512,12 +510,17 @@ class MessagingService:
 
     def _send_topic(self, message: Any) -> Any:
         """The proxy checks the message type against the topic's before it looks the
-        topic up, so an unknown topic fails that check (its type is UNSPECIFIED)."""
+        topic up, so an unknown topic fails that check (its type is UNSPECIFIED); a retry
+        or DLQ topic's type is not checked, and its look-up fails instead."""
         name = message.topic.name
-        missing = not grpc_topic_error(name, self.system_topics) and not self.store.topics.get(name)
-        if name and missing and name.startswith((RETRY_GROUP_TOPIC_PREFIX, DLQ_GROUP_TOPIC_PREFIX)):
-            raise RequestError(Code.INTERNAL_SERVER_ERROR, _NO_TOPIC_CONFIG)  # type unchecked
-        if name and missing:
+        missing = (
+            bool(name)
+            and not grpc_topic_error(name, self.system_topics)
+            and self.store.topics.get(name) is None
+        )
+        if missing and _retry_or_dlq(name):
+            raise RequestError(Code.INTERNAL_SERVER_ERROR, _NO_TOPIC_CONFIG)
+        if missing:
             got = message_type_of(to_stored(message, 0, ("", 0), name).properties)
             conflict = _type_conflict("UNSPECIFIED", got)
             raise RequestError(Code.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, conflict)
@@ -989,6 +992,11 @@ def _type_conflict(expected: str, actual: str) -> str:
 class _Abort:
     code: grpc.StatusCode
     details: str
+
+
+def _retry_or_dlq(topic: str) -> bool:
+    """ProducerProcessor: "Do not check retry or dlq topic" (its message type)."""
+    return topic.startswith((RETRY_GROUP_TOPIC_PREFIX, DLQ_GROUP_TOPIC_PREFIX))
 
 
 def _check_timestamp(stamp: Any) -> None:
