@@ -112,6 +112,24 @@ class Raw:
         )
         return answer.status.code, answer.status.message
 
+    def forward(
+        self, group: str, topic: str, handle: str, message_id: str = "01"
+    ) -> tuple[int, str]:
+        """ForwardMessageToDeadLetterQueue of one handle: (code, message)."""
+        answer = self.unary(
+            "ForwardMessageToDeadLetterQueue",
+            pb.ForwardMessageToDeadLetterQueueRequest(
+                group=resource(group),
+                topic=resource(topic),
+                receipt_handle=handle,
+                message_id=message_id,
+                delivery_attempt=1,
+                max_delivery_attempts=16,
+            ),
+            pb.ForwardMessageToDeadLetterQueueResponse,
+        )
+        return answer.status.code, answer.status.message
+
 
 def query_route(addr: str, topic: str) -> Any:
     """One QueryRoute of ``topic`` at the endpoint ``addr``, on a connection of its own."""

@@ -272,17 +272,7 @@ def test_forged_receipt_handles(raw: Raw, admin: RawClient, names: Callable[[str
     expired = "org.apache.rocketmq.proxy.common.ProxyException: receipt handle is expired"
     assert ack("1 2 3 4 5 6 7 8") == (40013, "INVALID_RECEIPT_HANDLE", [(40013, expired)])
     # a dead letter needs the handle's commit log offset (a ninth field), not its time
-    forward = raw.unary(
-        "ForwardMessageToDeadLetterQueue",
-        pb.ForwardMessageToDeadLetterQueueRequest(
-            group=resource(group),
-            topic=resource(topic),
-            receipt_handle="1 2 3 4 5 6 7 8",
-            message_id="01",
-        ),
-        pb.ForwardMessageToDeadLetterQueueResponse,
-    )
-    assert (forward.status.code, forward.status.message) == (
+    assert raw.forward(group, topic, "1 2 3 4 5 6 7 8") == (
         pb.INVALID_RECEIPT_HANDLE,
         "org.apache.rocketmq.proxy.common.ProxyException: commit log offset is empty",
     )

@@ -246,19 +246,8 @@ def test_forwarding_to_the_dlq_sends_the_handles_message_back_whatever_the_names
     message = raw.receive_one(group, topic)
 
     def forward(group_name: str, topic_name: str) -> tuple[int, str]:
-        answer = raw.unary(
-            "ForwardMessageToDeadLetterQueue",
-            pb.ForwardMessageToDeadLetterQueueRequest(
-                group=pb.Resource(name=group_name),
-                topic=pb.Resource(name=topic_name),
-                receipt_handle=message.system_properties.receipt_handle,
-                message_id=message.system_properties.message_id,
-                delivery_attempt=1,
-                max_delivery_attempts=16,
-            ),
-            pb.ForwardMessageToDeadLetterQueueResponse,
-        )
-        return answer.status.code, answer.status.message
+        handle = message.system_properties.receipt_handle
+        return raw.forward(group_name, topic_name, handle, message.system_properties.message_id)
 
     assert forward(group, names("NoSuchT")) == (pb.OK, "0")
     assert forward(other, topic) == (pb.OK, "0")  # a group is created on first use
@@ -287,17 +276,11 @@ def test_an_expired_handle_still_sends_its_message_to_the_dlq(
     assert admin.send_message(topic, b"late").code == 0
     message = raw.receive_one(group, topic, invisible_s=broker5.invisible_s)
     time.sleep(broker5.invisible_s + 0.5)  # the handle's time runs out
-    answer = raw.unary(
-        "ForwardMessageToDeadLetterQueue",
-        pb.ForwardMessageToDeadLetterQueueRequest(
-            group=pb.Resource(name=group),
-            topic=pb.Resource(name=topic),
-            receipt_handle=message.system_properties.receipt_handle,
-            message_id=message.system_properties.message_id,
-        ),
-        pb.ForwardMessageToDeadLetterQueueResponse,
+    handle, message_id = (
+        message.system_properties.receipt_handle,
+        message.system_properties.message_id,
     )
-    assert (answer.status.code, answer.status.message) == (pb.OK, "0")
+    assert raw.forward(group, topic, handle, message_id) == (pb.OK, "0")
     assert [m.body for m in dead_letters(admin.addr, group, 1, 10.0)] == [b"late"]
 
 
