@@ -20,7 +20,9 @@ ORDER_TOPIC_CONFIG = "ORDER_TOPIC_CONFIG"  # NamesrvUtil.NAMESPACE_ORDER_TOPIC_C
 class NamesrvState:
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.kv: dict[str, dict[str, str]] = {}
+        # a PUT without a value keeps the key with None, as RocketMQ's HashMap keeps a
+        # null: the namespace exists, the key reads as absent and is never written out
+        self.kv: dict[str, dict[str, str | None]] = {}
         data = read_json(path)
         if data:
             for ns, table in (data.get("configTable") or {}).items():
@@ -40,16 +42,25 @@ class NamesrvState:
         self.config_path = path.with_name("namesrv.properties")
         self.routes = RouteTable()  # brokers registered by REGISTER_BROKER
 
-    def put(self, namespace: str, key: str, value: str) -> None:
+    def put(self, namespace: str, key: str, value: str | None) -> None:
         self.kv.setdefault(namespace, {})[key] = value
         self._persist()
 
     def get(self, namespace: str, key: str) -> str | None:
         return self.kv.get(namespace, {}).get(key)
 
+    def table(self, namespace: str) -> dict[str, str] | None:
+        """A namespace as RocketMQ's answers (fastjson) write it: null values left out;
+        None when there is no such namespace."""
+        table = self.kv.get(namespace)
+        if table is None:
+            return None
+        return {k: v for k, v in table.items() if v is not None}
+
     def delete(self, namespace: str, key: str) -> None:
         table = self.kv.get(namespace)  # an emptied namespace stays, as in RocketMQ
-        if table is not None and table.pop(key, None) is not None:
+        if table is not None and key in table:
+            del table[key]
             self._persist()
 
     def persist_settings(self, settings: dict[str, str]) -> None:
@@ -61,4 +72,4 @@ class NamesrvState:
         tmp.replace(self.config_path)
 
     def _persist(self) -> None:
-        write_json(self.path, {"configTable": self.kv})
+        write_json(self.path, {"configTable": {ns: self.table(ns) for ns in self.kv}})

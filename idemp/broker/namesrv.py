@@ -101,8 +101,13 @@ def _broker_data(server: Broker) -> dict[str, Any]:
 
 
 def route_info(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingCommand:
-    cmd.require("topic")
-    topic = cmd.ext_fields["topic"]
+    # no topic: RocketMQ's header decoding lets the field be null, and null has no route
+    topic = cmd.ext_fields.get("topic")
+    if topic is None:
+        return cmd.response(
+            ResponseCode.TOPIC_NOT_EXIST,
+            f"No topic route info in name server for the topic: null{FAQ}",
+        )
     queue_datas: list[dict[str, Any]] = []
     broker_datas: list[dict[str, Any]] = []
     tcfg = None
@@ -187,7 +192,7 @@ def register_broker(server: Broker, conn: Peer, cmd: RemotingCommand) -> Remotin
         now=time.monotonic(),
     )
     header = {k: v for k, v in (("masterAddr", master), ("haServerAddr", ha)) if v is not None}
-    table = server.namesrv.kv.get(ORDER_TOPIC_CONFIG)
+    table = server.namesrv.table(ORDER_TOPIC_CONFIG)
     body = _dumps({"table": table}, True) if table is not None else b""
     return cmd.response(ResponseCode.SUCCESS, ext_fields=header, body=body)
 
@@ -204,17 +209,23 @@ def unregister_broker(server: Broker, conn: Peer, cmd: RemotingCommand) -> Remot
 def query_data_version(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingCommand:
     """The broker's question before a registration it may skip (``forceRegister=false``):
     has my topic table changed since you last took it? An unchanged one counts as alive."""
-    cmd.require("brokerAddr")
-    addr = cmd.ext_fields["brokerAddr"]
+    # RocketMQ decodes the body before it reads a field: without one it fails there
+    # (SYSTEM_ERROR), and a missing brokerAddr is a broker it never heard of
+    if not cmd.body:
+        return cmd.response(
+            ResponseCode.SYSTEM_ERROR,
+            "QUERY_DATA_VERSION without a body: the broker's DataVersion is needed",
+        )
     try:
-        version = dict(json.loads(cmd.body)) if cmd.body else {}
-    except ValueError:
-        version = {}
+        version = json.loads(cmd.body)
+    except ValueError as exc:
+        return cmd.response(ResponseCode.SYSTEM_ERROR, f"the body is not a DataVersion: {exc}")
+    addr = cmd.ext_fields.get("brokerAddr", "")  # no address: a broker never heard of
     routes = server.namesrv.routes
-    changed = routes.changed(addr, version)
+    live = routes.live.get(addr)
+    changed = live is None or not isinstance(version, dict) or routes.changed(addr, version)
     if not changed:
         routes.touch(addr, time.monotonic())
-    live = routes.live.get(addr)
     body = _dumps(live.data_version, True) if live is not None else b""
     return cmd.response(
         ResponseCode.SUCCESS, ext_fields={"changed": "true" if changed else "false"}, body=body
@@ -294,7 +305,9 @@ def cluster_info(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingCo
             (c, hash_map_order(sorted(clusters[c]))) for c in hash_map_order(clusters, 32)
         ),
     }
-    return cmd.response(ResponseCode.SUCCESS, body=_dumps(body, cmd.version >= V4_9_4))
+    # ClusterInfo.encode(): fastjson's defaults whatever the client's version (only the
+    # route answer turns standard for 4.9.4+), so the broker ids are bare keys
+    return cmd.response(ResponseCode.SUCCESS, body=_dumps(body, False))
 
 
 def _local_topics(server: Broker) -> list[str]:
@@ -304,22 +317,27 @@ def _local_topics(server: Broker) -> list[str]:
 
 
 def _topic_list(names: Iterable[str], **extra: Any) -> bytes:
-    """A TopicList: RocketMQ's is a HashSet filled in the order the nameserver's own hash
-    map lists the topics, so mqadmin, filling its own from the answer, prints topics of
-    one bucket in the order they were first registered; given here in that order."""
+    """A TopicList: RocketMQ's is a HashSet, filled with ``names`` in this order, so
+    mqadmin, filling its own from the answer, prints topics of one bucket in it."""
     return _dumps({"topicList": hash_map_order(names), **extra}, True)
 
 
+def _topic_table(server: Broker) -> list[str]:
+    """Every routed topic as RouteInfoManager's topicQueueTable (a HashMap created with
+    1024 buckets, filled as topics first registered) iterates them: the order the topic
+    lists fill their sets in, which decides the order within a set's bucket."""
+    return hash_map_order([*_local_topics(server), *server.namesrv.routes.topics], 1024)
+
+
 def topic_list(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingCommand:
-    body = _topic_list([*_local_topics(server), *server.namesrv.routes.topics])
-    return cmd.response(ResponseCode.SUCCESS, body=body)
+    return cmd.response(ResponseCode.SUCCESS, body=_topic_list(_topic_table(server)))
 
 
 def put_kv(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingCommand:
     namespace, key = cmd.ext_fields.get("namespace"), cmd.ext_fields.get("key")
     if namespace is None or key is None:
         return cmd.response(ResponseCode.SYSTEM_ERROR, "namespace or key is null")
-    server.namesrv.put(namespace, key, cmd.ext_fields.get("value") or "")
+    server.namesrv.put(namespace, key, cmd.ext_fields.get("value"))
     if namespace == ORDER_TOPIC_CONFIG:
         sync_order_topics(server)
     return cmd.response(ResponseCode.SUCCESS)
@@ -330,7 +348,7 @@ def sync_order_topics(server: Broker) -> None:
     KV table each registration answers: a topic is ``order`` exactly when the
     nameserver's ORDER_TOPIC_CONFIG names it (here at once, registration being local)."""
     if server.store is not None:  # a nameserver alone: its brokers learn at registration
-        apply_order_topics(server, server.namesrv.kv.get(ORDER_TOPIC_CONFIG))
+        apply_order_topics(server, server.namesrv.table(ORDER_TOPIC_CONFIG))
 
 
 def apply_order_topics(server: Broker, ordered: dict[str, str] | None) -> None:
@@ -350,7 +368,9 @@ def apply_order_topics(server: Broker, ordered: dict[str, str] | None) -> None:
 
 def get_kv(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingCommand:
     namespace, key = cmd.ext_fields.get("namespace"), cmd.ext_fields.get("key")
-    value = server.namesrv.get(namespace or "", key or "")
+    value = None
+    if namespace is not None and key is not None:  # a null key or namespace is never kept
+        value = server.namesrv.get(namespace, key)
     if value is None:  # Java's string concatenation: an absent field reads "null"
         return cmd.response(
             ResponseCode.QUERY_NOT_FOUND,
@@ -360,8 +380,9 @@ def get_kv(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingCommand:
 
 
 def delete_kv(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingCommand:
-    namespace = cmd.ext_fields.get("namespace", "")
-    server.namesrv.delete(namespace, cmd.ext_fields.get("key", ""))
+    namespace, key = cmd.ext_fields.get("namespace"), cmd.ext_fields.get("key")
+    if namespace is not None and key is not None:  # a null one names nothing kept
+        server.namesrv.delete(namespace, key)
     if namespace == ORDER_TOPIC_CONFIG:
         sync_order_topics(server)
     return cmd.response(ResponseCode.SUCCESS)
@@ -369,7 +390,7 @@ def delete_kv(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingComma
 
 def kv_list(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingCommand:
     namespace = cmd.ext_fields.get("namespace")
-    table = server.namesrv.kv.get(namespace or "")
+    table = server.namesrv.table(namespace) if namespace is not None else None
     if table is None:
         return cmd.response(
             ResponseCode.QUERY_NOT_FOUND, f"No config item, Namespace: {_java_str(namespace)}"
@@ -403,9 +424,11 @@ def add_write_perm(server: Broker, conn: Peer, cmd: RemotingCommand) -> Remoting
 
 
 def delete_topic_route(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingCommand:
-    """deleteTopic: from every broker, or (``clusterName`` given) that cluster's."""
-    cmd.require("topic")
-    topic, cluster = cmd.ext_fields["topic"], cmd.ext_fields.get("clusterName")
+    """deleteTopic: from every broker, or (``clusterName`` given) that cluster's. No
+    topic deletes nothing, and succeeds (RocketMQ goes on with the field null)."""
+    topic, cluster = cmd.ext_fields.get("topic"), cmd.ext_fields.get("clusterName")
+    if topic is None:
+        return cmd.response(ResponseCode.SUCCESS)
     if server.store is not None and cluster in (None, "", server.config.brokerClusterName):
         server.namesrv.deleted_routes[topic] = server.store.topics.version.counter
     server.namesrv.routes.delete_topic(topic, cluster)
@@ -413,14 +436,24 @@ def delete_topic_route(server: Broker, conn: Peer, cmd: RemotingCommand) -> Remo
 
 
 def topics_by_cluster(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingCommand:
-    cluster = cmd.ext_fields.get("cluster", "")
-    topics: list[str] = []
-    if cluster == server.config.brokerClusterName:
-        topics = _local_topics(server)
+    """getTopicsByCluster: for each of the cluster's brokers (its set's order), the
+    topics of the topic table that broker serves."""
+    cluster = cmd.ext_fields.get("cluster")
     routes = server.namesrv.routes
-    names = routes.clusters.get(cluster, set())
-    topics += [t for t, by_broker in routes.topics.items() if names & by_broker.keys()]
-    return cmd.response(ResponseCode.SUCCESS, body=_topic_list(topics))
+    brokers = set(routes.clusters.get(cluster, set())) if cluster is not None else set()
+    local = server.config.brokerName if server.store is not None else None
+    if local is not None and cluster == server.config.brokerClusterName:
+        brokers.add(local)
+    table = _topic_table(server)
+    own = set(_local_topics(server))
+    topics: list[str] = []
+    for broker in hash_map_order(sorted(brokers)):
+        topics += [
+            t
+            for t in table
+            if (t in own if broker == local else broker in routes.topics.get(t, {}))
+        ]
+    return cmd.response(ResponseCode.SUCCESS, body=_topic_list(dict.fromkeys(topics)))
 
 
 def system_topics(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingCommand:
@@ -440,14 +473,17 @@ def system_topics(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingC
 def unit_topics(flag: int, without: int) -> Handler:
     def handler(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingCommand:
         local = server.store.topics.topics if server.store is not None else {}
-        topics = [
-            name
-            for name, cfg in local.items()
-            if cfg.topicSysFlag & flag and not cfg.topicSysFlag & without and _routed(server, name)
-        ]
-        for name, by_broker in server.namesrv.routes.topics.items():
-            first = next(iter(by_broker.values()), None)  # RocketMQ reads one queue data
-            if first and first["topicSysFlag"] & flag and not first["topicSysFlag"] & without:
+        topics = []
+        for name in _topic_table(server):
+            cfg = local.get(name) if _routed(server, name) else None
+            if cfg is not None:
+                sys_flag = cfg.topicSysFlag
+            else:  # RocketMQ reads one queue data of the topic
+                first = next(iter(server.namesrv.routes.topics.get(name, {}).values()), None)
+                if first is None:
+                    continue
+                sys_flag = first["topicSysFlag"]
+            if sys_flag & flag and not sys_flag & without:
                 topics.append(name)
         return cmd.response(ResponseCode.SUCCESS, body=_topic_list(topics))
 
