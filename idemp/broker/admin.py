@@ -126,8 +126,15 @@ def create_topic(server: Broker, conn: Peer, cmd: RemotingCommand) -> HandlerRes
     # CreateTopicRequestHeader.checkFields, before anything else is looked at
     filter_type = cmd.ext_fields.get("topicFilterType")
     if filter_type not in TOPIC_FILTER_TYPES:
+        # the RemotingCommandException checkFields throws, as the remoting layer words it
         text = "null" if filter_type is None else filter_type
-        return cmd.response(ResponseCode.SYSTEM_ERROR, f"topicFilterType = [{text}] value invalid")
+        return cmd.response(
+            ResponseCode.SYSTEM_ERROR,
+            "org.apache.rocketmq.remoting.exception.RemotingCommandException: "
+            f"topicFilterType = [{text}] value invalid, "
+            "org.apache.rocketmq.common.protocol.header.CreateTopicRequestHeader"
+            ".checkFields(CreateTopicRequestHeader.java:50)",
+        )
     cmd.require("topic", "readQueueNums", "writeQueueNums", "perm")
     topic = cmd.ext_fields["topic"]
     err = topic_error(topic)

@@ -17,6 +17,7 @@ from idemp.remoting.codes import (
     SYSTEM_TOPICS,
     UNSET_RESPONSE_REMARK,
 )
+from idemp.remoting.javahash import hash_map_order
 from idemp.remoting.jsonlenient import dumps
 
 from .metadata import topic_error
@@ -41,19 +42,34 @@ def register(handlers: dict[int, Handler]) -> None:
     handlers[RequestCode.CLEAN_UNUSED_TOPIC] = nothing_to_clean
 
 
-def system_topic_names(server: Broker) -> set[str]:
-    """TopicValidator's system topic set as this broker has it."""
+# TopicValidator's static SYSTEM_TOPIC_SET, in the order its static block adds them
+_STATIC_SYSTEM_TOPICS = (
+    DEFAULT_TOPIC,
+    "SCHEDULE_TOPIC_XXXX",
+    "BenchmarkTest",
+    "RMQ_SYS_TRANS_HALF_TOPIC",
+    "RMQ_SYS_TRACE_TOPIC",
+    "RMQ_SYS_TRANS_OP_HALF_TOPIC",
+    "TRANS_CHECK_MAX_TIME_TOPIC",
+    "SELF_TEST_TOPIC",
+    "OFFSET_MOVED_EVENT",
+)
+
+
+def system_topic_list(server: Broker) -> list[str]:
+    """TopicValidator's system topic set as this broker has it, in the order the set
+    was filled: the static ones, then what TopicConfigManager adds (the cluster's and
+    the broker's names, a trace topic of another name, the reply topic)."""
     cfg = server.config
-    names = set(SYSTEM_TOPICS) | {
-        DEFAULT_TOPIC,
-        cfg.brokerClusterName,
-        cfg.brokerName,
-        f"{cfg.brokerClusterName}_REPLY_TOPIC",
-        "BenchmarkTest",
-        "SELF_TEST_TOPIC",
-        "OFFSET_MOVED_EVENT",
-    }
-    return names
+    added = [cfg.brokerClusterName, cfg.brokerName]
+    if cfg.traceTopicEnable:
+        added.append(cfg.msgTraceTopicName)
+    added.append(f"{cfg.brokerClusterName}_REPLY_TOPIC")
+    return list(dict.fromkeys([*_STATIC_SYSTEM_TOPICS, *SYSTEM_TOPICS, *added]))
+
+
+def system_topic_names(server: Broker) -> set[str]:
+    return set(system_topic_list(server))
 
 
 def is_system_topic(server: Broker, topic: str) -> bool:
@@ -64,8 +80,7 @@ def is_system_topic(server: Broker, topic: str) -> bool:
 def delete_topic(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingCommand:
     store = server.store
     assert store is not None
-    cmd.require("topic")
-    topic = cmd.ext_fields["topic"]
+    topic = cmd.ext_fields.get("topic", "")  # none: blank, as RocketMQ validates it
     error = topic_error(topic)
     if error is not None:
         return cmd.response(ResponseCode.SYSTEM_ERROR, error)
@@ -155,7 +170,9 @@ def query_consume_queue(server: Broker, conn: Peer, cmd: RemotingCommand) -> Rem
 
 def system_topics(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingCommand:
     return cmd.response(
-        ResponseCode.SUCCESS, body=dumps({"topicList": system_topic_names(server)}).encode()
+        # a HashSet, listed in its own order
+        ResponseCode.SUCCESS,
+        body=dumps({"topicList": hash_map_order(system_topic_list(server))}).encode(),
     )
 
 

@@ -316,12 +316,17 @@ def topic_consumed_by(server: Broker, conn: Peer, cmd: RemotingCommand) -> Remot
 def view_stats(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingCommand:
     store = server.store
     assert store is not None
-    cmd.require("statsName", "statsKey")
-    name, key = cmd.ext_fields["statsName"], cmd.ext_fields["statsKey"]
-    data = store.stats.view(name, key)
-    if data is None:
-        return cmd.response(ResponseCode.SYSTEM_ERROR, f"The stats <{name}> <{key}> not exist")
+    name, key = cmd.ext_fields.get("statsName"), cmd.ext_fields.get("statsKey")
+    data = store.stats.view(name, key) if name is not None and key is not None else None
+    if data is None:  # an absent field reads "null", as Java's concatenation writes it
+        return cmd.response(
+            ResponseCode.SYSTEM_ERROR, f"The stats <{_null(name)}> <{_null(key)}> not exist"
+        )
     return _ok(cmd, data)
+
+
+def _null(value: str | None) -> str:
+    return "null" if value is None else value
 
 
 def _java_date(ms: int) -> str:

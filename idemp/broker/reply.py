@@ -23,7 +23,7 @@ from idemp.remoting.message import (
 )
 from idemp.remoting.msgid import offset_msg_id
 
-from .send import accept, count_put
+from .send import accept, count_put, region_fields
 
 if TYPE_CHECKING:
     from .context import Broker, Handler, Peer
@@ -43,7 +43,8 @@ async def send_reply(server: Broker, conn: Peer, request: RemotingCommand) -> Re
     store = server.store
     assert store is not None
     accepted = accept(server, conn, request)
-    if isinstance(accepted, RemotingCommand):
+    if isinstance(accepted, RemotingCommand):  # its response carries them from the start
+        accepted.ext_fields.update(region_fields(server))
         return accepted
     cmd, _, queue_id = accepted
     fields = cmd.ext_fields
@@ -63,10 +64,7 @@ async def send_reply(server: Broker, conn: Peer, request: RemotingCommand) -> Re
     response = request.response(
         ResponseCode.SUCCESS if pushed else ResponseCode.SYSTEM_ERROR,
         None if pushed else remark,
-        ext_fields={
-            "MSG_REGION": server.config.regionId,
-            "TRACE_ON": "true" if server.config.traceOn else "false",
-        },
+        ext_fields=region_fields(server),
     )
     if pushed:  # "set to zero to avoid client decoding exception", then the stored ones
         response.ext_fields.update(msgId="0", queueId=str(queue_id), queueOffset="0")

@@ -235,11 +235,11 @@ def send_message(server: Broker, conn: Peer, request: RemotingCommand) -> Handle
     switch, and every refusal after it is that response; one from an exception is not."""
     response = _send_message(server, conn, request)
     if isinstance(response, RemotingCommand) and response.code != ResponseCode.SUCCESS:
-        response.ext_fields.update(_region(server))
+        response.ext_fields.update(region_fields(server))
     return response
 
 
-def _region(server: Broker) -> dict[str, str]:
+def region_fields(server: Broker) -> dict[str, str]:
     return {
         "TRACE_ON": "true" if server.config.traceOn else "false",
         "MSG_REGION": server.config.regionId,
@@ -329,7 +329,7 @@ def _send_message(server: Broker, conn: Peer, request: RemotingCommand) -> Handl
         ResponseCode.SUCCESS,
         ext_fields={
             "queueId": str(reply_queue),
-            **_region(server),
+            **region_fields(server),
             "msgId": offset_msg_id(store.store_host, result.commit_log_offset),
             "queueOffset": str(result.queue_offset),
         },
@@ -464,7 +464,7 @@ def _send_batch(
         ResponseCode.SUCCESS,
         ext_fields={
             "queueId": str(base.queue_id),
-            **_region(server),
+            **region_fields(server),
             "msgId": ",".join(ids),
             "queueOffset": str(first_offset),
         },

@@ -708,8 +708,13 @@ def test_a_topic_needs_a_filter_type_rocketmq_knows(broker: BrokerProcess) -> No
             if given is not None:
                 ext["topicFilterType"] = given
             refused = c.request(RequestCode.UPDATE_AND_CREATE_TOPIC, ext)
-            assert refused.code == ResponseCode.SYSTEM_ERROR
-            assert f"topicFilterType = [{given or 'null'}] value invalid" in (refused.remark or "")
+            assert (refused.code, refused.remark) == (
+                ResponseCode.SYSTEM_ERROR,
+                "org.apache.rocketmq.remoting.exception.RemotingCommandException: "
+                f"topicFilterType = [{given or 'null'}] value invalid, "
+                "org.apache.rocketmq.common.protocol.header.CreateTopicRequestHeader"
+                ".checkFields(CreateTopicRequestHeader.java:50)",
+            )
         assert c.request(RequestCode.GET_ALL_TOPIC_CONFIG, {}).body.count(b"TopicNoFilter") == 0
 
 
@@ -994,3 +999,32 @@ def test_a_consumer_that_never_answers_is_given_ten_seconds(broker: BrokerProces
         (ResponseCode.CONSUME_MSG_TIMEOUT, timeout)
     ] * 2
     assert waited >= 10.0  # both asked at once: each waited its full 10 s
+
+
+def test_the_system_topic_list_comes_in_its_hash_sets_order(broker: BrokerProcess) -> None:
+    """TopicValidator's HashSet, filled with its static topics, then the cluster's and
+    the broker's names and the reply topic (measured on 4.9.7)."""
+    with RawClient(broker.broker_addr) as c:
+        answer = c.request(RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_BROKER, {})
+    assert json.loads(answer.body)["topicList"] == [
+        "SCHEDULE_TOPIC_XXXX", "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRACE_TOPIC",
+        "DefaultCluster_REPLY_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC", "BenchmarkTest",
+        "TRANS_CHECK_MAX_TIME_TOPIC", "OFFSET_MOVED_EVENT", "TBW102", "broker-a",
+        "SELF_TEST_TOPIC", "DefaultCluster",
+    ]  # fmt: skip
+
+
+def test_admin_requests_lacking_a_field_go_on_with_it_null(broker: BrokerProcess) -> None:
+    """As 4.9.7's header decoding leaves an absent field: a stats name and key that
+    read "null", a topic to delete that is blank."""
+    with RawClient(broker.broker_addr) as c:
+        stats = c.request(RequestCode.VIEW_BROKER_STATS_DATA, {})
+        delete = c.request(RequestCode.DELETE_TOPIC_IN_BROKER, {})
+    assert (stats.code, stats.remark) == (
+        ResponseCode.SYSTEM_ERROR,
+        "The stats <null> <null> not exist",
+    )
+    assert (delete.code, delete.remark) == (
+        ResponseCode.SYSTEM_ERROR,
+        "The specified topic is blank.",
+    )

@@ -335,3 +335,16 @@ def test_a_batch_with_an_entry_whose_stored_properties_overflow_stores_nothing(
     answer = client.request(RequestCode.SEND_BATCH_MESSAGE, _v2("SC_Overflow"), body)
     assert (answer.code, answer.remark) == (ResponseCode.MESSAGE_ILLEGAL, ILLEGAL)
     assert _next_offset(client, "SC_Overflow") == 0  # not the first entry either
+
+
+@pytest.mark.parametrize(
+    "code", [RequestCode.SEND_REPLY_MESSAGE, RequestCode.SEND_REPLY_MESSAGE_V2]
+)
+def test_a_refused_reply_carries_the_region_and_trace_switch(client: RawClient, code: int) -> None:
+    """ReplyMessageProcessor adds both to its response before msgCheck refuses."""
+    refused = client.request(code, {})
+    assert (refused.code, refused.remark) == (
+        ResponseCode.SYSTEM_ERROR,
+        "The specified topic is blank.",
+    )
+    assert {k: refused.ext_fields.get(k) for k in REGION} == REGION
