@@ -213,13 +213,17 @@ class PopService:
         self._due: Deadlines[_Due] = Deadlines(self._holds)
         self._renewing: Deadlines[_Due] = Deadlines(self._renews)
         self._waiters: dict[str, set[asyncio.Future[None]]] = {}
-        self._retry_of: dict[str, str] = {}  # retry topic -> the topic it retries
         self.dead_lettered = 0
         store.listeners.append(self._arrived)
 
     # --- waiting for messages ---------------------------------------------------------
     def _arrived(self, topic: str, queue_id: int, max_offset: int, tags_code: int) -> None:
-        self.wake(self._retry_of.get(topic, topic))
+        # A held receive waits on its own topic. A message revived into the retry topic
+        # wakes nobody: RocketMQ 5.3.3's PopLongPollingService notifies the waiters of
+        # the topic written, and a receive registers its topic, not the retry topic
+        # (%RETRY%<group>_<topic>, the V1 name), so the retry is found by the next pop
+        # or when the held one's poll time ends (a PushConsumer's: 20 s, measured).
+        self.wake(topic)
 
     def wake(self, topic: str) -> None:
         for fut in self._waiters.pop(topic, ()):
@@ -227,8 +231,8 @@ class PopService:
                 fut.set_result(None)
 
     async def wait(self, topic: str, timeout: float) -> None:
-        """Until a message arrives on ``topic`` (or its retries), an ack unblocks a FIFO
-        queue, or ``timeout`` seconds pass."""
+        """Until a message arrives on ``topic`` (not its retries, see ``_arrived``), a FIFO
+        queue is free again, or ``timeout`` seconds pass."""
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiters.setdefault(topic, set()).add(fut)
         try:
@@ -280,7 +284,6 @@ class PopService:
             return []
         out: list[Popped] = []
         retry = pop_retry_topic(group, topic)
-        self._retry_of[retry] = topic
         has_retry = not fifo and self.store.topics.get(retry) is not None
         retry_first = self._random.randrange(100) < self.retry_first_percent()
 
@@ -721,7 +724,6 @@ class PopService:
 
     def _to_retry(self, group: str, topic: str, msg: MessageExt, reconsume: int, now: int) -> None:
         retry = pop_retry_topic(group, topic)
-        self._retry_of[retry] = topic
         cfg = self.store.topics.create_system(retry, 1, Perm.READ | Perm.WRITE)
         props = dict(msg.properties)  # no RETRY_TOPIC: RocketMQ 5.3.3 writes none here
         props.setdefault(Prop.FIRST_POP_TIME, str(now))

@@ -831,7 +831,8 @@ class MessagingService:
                     status=status(Code.MESSAGE_NOT_FOUND, "no new message")
                 )
                 return
-            await self.pop.wait(topic, min(left, 1.0))
+            # held until woken or the poll time ends, as PopLongPollingService holds it
+            await self.pop.wait(topic, left)
         sent = 0
         try:
             yield pb.ReceiveMessageResponse(status=status(Code.OK))
