@@ -310,3 +310,55 @@ def test_a_receive_reads_the_retry_topic_first_as_often_as_the_broker_says(
         got = [a.message.body for a in answers if a.WhichOneof("content") == "message"]
         assert got == [first], percent
     assert admin.update_broker_config(popFromRetryProbability=20).code == 0
+
+
+def test_a_revived_message_waits_for_the_held_receive_to_end(
+    broker5: Endpoint5, raw: Raw, admin: RawClient, names: Callable[[str], str]
+) -> None:
+    """A receive held in its long poll is woken by a new message on its topic, not by a
+    message revived into the retry topic (PopLongPollingService notifies the topic the
+    message was written to, and a receive waits on its own): the retry is handed out when
+    the poll's time ends. A PushConsumer, polling 20 s, so sees a failed message again
+    20 s later whatever its backoff asked (measured on 5.3.3: 20.3 s and 40.3 s)."""
+    inv = broker5.invisible_s
+    poll_s = 20 if broker5.real else inv + 6  # the real revive lags up to ~5 s
+    topic, group = names("THeld"), names("GHeld")
+    assert admin.create_topic(topic, 1).code == 0
+    assert admin.create_group(group).code == 0
+    assert admin.send_message(topic, b"again").code == 0
+    admin.indexed(topic, 0, 1)
+    assert raw.receive_one(group, topic, invisible_s=inv).body == b"again"  # not acked
+    settings, request = simple_consumer(group, topic)
+    request.invisible_duration.seconds = 60
+    request.long_polling_timeout.seconds = poll_s
+    started = time.monotonic()
+    answers = raw.stream("ReceiveMessage", request, pb.ReceiveMessageResponse)
+    held = time.monotonic() - started
+    retry = f"%RETRY%{group}_{topic}"
+    assert admin.indexed(retry, 0, 1, within=1) == 1  # revived while the receive waited
+    got = [(a.message.body, a.message.system_properties.delivery_attempt) for a in answers
+           if a.WhichOneof("content") == "message"]  # fmt: skip
+    assert got == [(b"again", 2)]
+    assert held >= poll_s - 0.5, held
+
+
+def test_a_group_that_may_not_consume_receives_nothing(
+    broker5: Endpoint5, raw: Raw, admin: RawClient, names: Callable[[str], str]
+) -> None:
+    """consumeEnable=false (mqadmin updateSubGroup -s false): PopMessageProcessor refuses
+    with NO_PERMISSION, which the proxy answers 50001; the message stays for later."""
+    topic, group = names("TOff"), names("GOff")
+    assert admin.create_topic(topic, 1).code == 0
+    assert admin.create_group(group, consumeEnable=False).code == 0
+    assert admin.send_message(topic, b"kept").code == 0
+    admin.indexed(topic, 0, 1)
+    settings, request = simple_consumer(group, topic)
+    assert raw.first_telemetry(settings).status.code == pb.OK
+    request.long_polling_timeout.seconds = 5
+    answers = raw.stream("ReceiveMessage", request, pb.ReceiveMessageResponse)
+    assert (answers[0].status.code, answers[0].status.message) == (
+        pb.INTERNAL_SERVER_ERROR,
+        f"{PROXY}subscription group no permission, {group}",
+    )
+    assert admin.create_group(group, consumeEnable=True).code == 0
+    assert raw.receive_one(group, topic, invisible_s=broker5.invisible_s).body == b"kept"

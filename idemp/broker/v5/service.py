@@ -791,6 +791,11 @@ class MessagingService:
             if known is None:  # the pop's route look-up
                 raise RequestError(Code.INTERNAL_SERVER_ERROR, _NO_TOPIC_CONFIG)
             cfg = known
+            if not gcfg.consumeEnable:  # PopMessageProcessor: NO_PERMISSION, through the proxy
+                raise RequestError(
+                    Code.INTERNAL_SERVER_ERROR,
+                    f"{_PROXY}subscription group no permission, {gcfg.groupName}",
+                )
             if request.batch_size < 0:  # the pop's message list, sized by it
                 raise RequestError(
                     Code.INTERNAL_SERVER_ERROR,
