@@ -100,7 +100,10 @@ def delete_group(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingCo
     group = cmd.ext_fields["groupName"]
     log.info("deleteSubscriptionGroup %s called by %s", group, conn.peer)
     store.groups.remove(group)
-    if (cmd.ext_fields.get("removeOffset") or "false").lower() == "true":
+    # 4.9.7 names the flag removeOffset, RocketMQ 5 (its mqadmin deleteSubGroup -r) cleanOffset
+    if any(
+        (cmd.ext_fields.get(n) or "").lower() == "true" for n in ("removeOffset", "cleanOffset")
+    ):
         store.offsets.remove_group(group)
     return cmd.response(ResponseCode.SUCCESS)
 

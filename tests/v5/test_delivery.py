@@ -262,6 +262,8 @@ def test_forwarding_to_the_dlq_sends_the_handles_message_back_whatever_the_names
         assert dead.properties["RETRY_TOPIC"] == topic
         assert dead.properties["ORIGIN_MESSAGE_ID"] == sent.ext_fields["msgId"]
         assert dead.properties["DELAY"] == "0"
+    # the broker's send-back made each group's 4.x retry topic first, as on 5.3.3
+    assert {f"%RETRY%{group}", f"%RETRY%{other}"} <= admin.topic_names()
 
 
 def test_an_expired_handle_still_sends_its_message_to_the_dlq(
@@ -362,3 +364,57 @@ def test_a_group_that_may_not_consume_receives_nothing(
     )
     assert admin.create_group(group, consumeEnable=True).code == 0
     assert raw.receive_one(group, topic, invisible_s=broker5.invisible_s).body == b"kept"
+
+
+def _receive_all(raw: Raw, group: str, topic: str) -> list[tuple[bytes, int]]:
+    """One receive of up to 32 messages: (body, delivery attempt) each, acked."""
+    settings, request = simple_consumer(group, topic)
+    assert raw.first_telemetry(settings).status.code == pb.OK
+    request.batch_size = 32
+    request.long_polling_timeout.seconds = 5
+    answers = raw.stream("ReceiveMessage", request, pb.ReceiveMessageResponse)
+    got = []
+    for a in answers:
+        if a.WhichOneof("content") == "message":
+            props = a.message.system_properties
+            assert raw.ack(group, topic, props.receipt_handle, props.message_id)[0] == pb.OK
+            got.append((a.message.body, props.delivery_attempt))
+    return got
+
+
+def test_a_receive_counts_from_the_offset_an_admin_set(
+    broker5: Endpoint5, raw: Raw, admin: RawClient, names: Callable[[str], str]
+) -> None:
+    """A pop reads the group's committed offset each time, so a group deleted with its
+    offsets (mqadmin deleteSubGroup -r: RocketMQ 5's cleanOffset, 4.9.7's removeOffset)
+    or an offset set back starts there again: the queue still holds its first message,
+    so from it (initPopOffsetByCheckMsgInMem), what was acked comes again."""
+    topic, group = names("TReset"), names("GReset")
+    assert admin.create_topic(topic, 1).code == 0
+    assert admin.create_group(group).code == 0
+    assert admin.send_message(topic, b"d0").code == 0
+    admin.indexed(topic, 0, 1)
+    assert _receive_all(raw, group, topic) == [(b"d0", 1)]
+    deleted = admin.request(
+        RequestCode.DELETE_SUBSCRIPTIONGROUP, {"groupName": group, "cleanOffset": "true"}
+    )
+    assert deleted.code == 0
+    assert admin.send_message(topic, b"d1").code == 0
+    admin.indexed(topic, 0, 2)
+    assert _receive_all(raw, group, topic) == [(b"d0", 1), (b"d1", 1)]
+    reset = {"consumerGroup": group, "topic": topic, "queueId": 0, "commitOffset": 1}
+    assert admin.request(RequestCode.UPDATE_CONSUMER_OFFSET, reset).code == 0
+    assert _receive_all(raw, group, topic) == [(b"d1", 1)]
+
+
+def test_a_4x_messages_born_host_is_its_address_without_the_port(
+    broker5: Endpoint5, raw: Raw, admin: RawClient, names: Callable[[str], str]
+) -> None:
+    """A 4.x producer sets no __BORNHOST: the proxy gives getBornHostString(), the IP."""
+    topic, group = names("TBorn"), names("GBorn")
+    assert admin.create_topic(topic, 1).code == 0
+    assert admin.create_group(group).code == 0
+    assert admin.send_message(topic, b"from 4.x").code == 0
+    admin.indexed(topic, 0, 1)
+    message = raw.receive_one(group, topic, invisible_s=broker5.invisible_s)
+    assert message.system_properties.born_host == "127.0.0.1"

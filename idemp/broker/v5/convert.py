@@ -128,7 +128,9 @@ def to_proto(msg: MessageExt, receipt: str | None, attempt: int, into: Any = Non
     sysp.body_encoding = pb.GZIP if msg.sys_flag & MessageSysFlag.COMPRESSED else pb.IDENTITY
     sysp.message_type = getattr(pb, message_type_of(props))
     _set_millis(sysp.born_timestamp, msg.born_timestamp)
-    sysp.born_host = props.get(BORN_HOST) or f"{msg.born_host[0]}:{msg.born_host[1]}"
+    # no __BORNHOST (a 4.x producer's message): the born address without its port, as
+    # GrpcConverter.buildSystemProperties takes getBornHostString()
+    sysp.born_host = props.get(BORN_HOST) or msg.born_host[0]
     _set_millis(sysp.store_timestamp, msg.store_timestamp)
     sysp.store_host = f"{msg.store_host[0]}:{msg.store_host[1]}"
     sysp.queue_id = msg.queue_id

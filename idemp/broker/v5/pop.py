@@ -37,7 +37,7 @@ from idemp.remoting.message import MessageExt, decode_message
 from idemp.waiting import within
 
 from ..diskguard import DiskFull
-from ..metadata import Perm, dlq_topic
+from ..metadata import Perm, dlq_topic, retry_topic
 from ..send import send_back_properties
 from ..store import MessageStore
 from .deadlines import Deadlines
@@ -162,6 +162,7 @@ class _Ordered:
     """A FIFO group's progress on one queue."""
 
     start: int  # the first offset not yet acked
+    committed: int | None = None  # the offset this service last committed for the queue
     inflight: dict[int, _InFlight] = field(default_factory=dict)
     acked: set[int] = field(default_factory=set)
     extra: dict[int, int] = field(default_factory=dict)  # offset -> deliveries that expired
@@ -183,6 +184,9 @@ class _GroupTopic:
     # scan of everything in flight (an ack at a queue's head cost O(in flight) before)
     pending: dict[tuple[str, int], dict[int, None]] = field(default_factory=dict)
     ordered: dict[int, _Ordered] = field(default_factory=dict)
+    # the offset this service last committed per queue: another one in the table (an
+    # admin's reset, a group deleted with its offsets) moves the next pop there
+    committed: dict[tuple[str, int], int] = field(default_factory=dict)
 
 
 @dataclass(slots=True, eq=False)
@@ -365,7 +369,9 @@ class PopService:
     ) -> None:
         key = (stored, qid)
         offset = state.next.get(key)
-        if offset is None:
+        if offset is None or self._moved(group, stored, qid, state.committed.get(key)):
+            # RocketMQ's pop reads the group's committed offset every time: one set
+            # by someone else counts from there
             offset = self._start_offset(group, stored, qid)
         start = offset
         end = self.store.max_offset(stored, qid)
@@ -437,7 +443,13 @@ class PopService:
         if nxt is None:
             return
         lowest = next(iter(state.pending.get((stored, qid), ())), nxt)
-        self.store.offsets.commit(group, stored, qid, min(nxt, lowest))
+        committed = state.committed[(stored, qid)] = min(nxt, lowest)
+        self.store.offsets.commit(group, stored, qid, committed)
+
+    def _moved(self, group: str, stored: str, qid: int, committed: int | None) -> bool:
+        """Whether the group's offset on the queue is no longer the one this service
+        committed last (None: it committed none yet)."""
+        return committed is not None and self.store.offsets.query(group, stored, qid) != committed
 
     def _pop_ordered(
         self,
@@ -453,7 +465,9 @@ class PopService:
         max_attempts: int,
     ) -> None:
         order = state.ordered.get(qid)
-        if order is None:
+        if order is None or (
+            not order.inflight and self._moved(group, topic, qid, order.committed)
+        ):
             order = state.ordered[qid] = _Ordered(self._start_offset(group, topic, qid))
         if order.inflight:
             if any(f.deadline > now for f in order.inflight.values()):
@@ -516,6 +530,7 @@ class PopService:
             order.acked.discard(order.start)
             order.start += 1
         if order.start != moved:
+            order.committed = order.start
             self.store.offsets.commit(group, topic, qid, order.start)
 
     # --- ack, change, dead letter -----------------------------------------------------
@@ -626,6 +641,11 @@ class PopService:
 
     def _to_dlq(self, group: str, topic: str, msg: MessageExt) -> None:
         store = self.store
+        # the broker's send-back creates the group's (4.x) retry topic before it decides
+        # on the dead-letter queue, so it exists after a message went there (as on 5.3.3)
+        gcfg = store.groups.find_or_create(group)
+        retry_queues = gcfg.retryQueueNums if gcfg is not None else 1
+        store.topics.create_system(retry_topic(group), retry_queues, Perm.READ | Perm.WRITE)
         dlq = store.topics.create_system(dlq_topic(group), 1, Perm.READ | Perm.WRITE)
         # the proxy sends it back (delay level -1) as a 4.x consumer would: RETRY_TOPIC is
         # the topic of the copy as stored (the POP retry topic for a retried message),
