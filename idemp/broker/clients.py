@@ -7,13 +7,14 @@ subscriptions) is pushed to the group with NOTIFY_CONSUMER_IDS_CHANGED.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from idemp.remoting.sql92 import Selector, SelectorError, compile_selector
-from idemp.remoting.tags import parse_subscription
+from idemp.remoting.tags import SUB_ALL
 
 log = logging.getLogger("idemp.broker.clients")
 
@@ -64,18 +65,30 @@ class SubscriptionData:
     selector: Selector | None = None
 
     @classmethod
-    def build(
-        cls, topic: str, sub_string: str, sub_version: int, expression_type: str = "TAG"
-    ) -> SubscriptionData:
+    def from_heartbeat(cls, topic: str, sub: dict[str, Any]) -> SubscriptionData:
+        """A heartbeat's subscription as RocketMQ keeps it: the client's own tagsSet and
+        codeSet, which the pulls then filter by (ExpressionMessageFilter matches every
+        message only for a subString of exactly "*", else the codes the client sent),
+        never parsed again from subString."""
+        try:
+            version_ms = int(sub.get("subVersion", 0))
+        except (TypeError, ValueError):
+            version_ms = 0
+        sub_string = str(sub.get("subString", SUB_ALL))
+        expression_type = str(sub.get("expressionType") or "TAG")
         if not is_tag_type(expression_type):
             selector = compile_or_none(expression_type, sub_string)
             return cls(
-                topic, sub_string, sub_version, expression_type=expression_type, selector=selector
+                topic, sub_string, version_ms, expression_type=expression_type, selector=selector
             )
-        parsed = parse_subscription(sub_string)
-        if parsed is None:
-            return cls(topic, sub_string or "*", sub_version)
-        return cls(topic, sub_string, sub_version, parsed[0], parsed[1])
+        tags = frozenset(str(t) for t in sub.get("tagsSet") or ())
+        if sub_string == SUB_ALL or sub.get("classFilterMode") is True:
+            return cls(topic, sub_string, version_ms, tags, None, expression_type)
+        codes: set[int] = set()
+        for code in sub.get("codeSet") or ():
+            with contextlib.suppress(TypeError, ValueError):
+                codes.add(int(code))
+        return cls(topic, sub_string, version_ms, tags, frozenset(codes), expression_type)
 
 
 def is_tag_type(expression_type: str | None) -> bool:
@@ -157,16 +170,7 @@ class ClientManager:
                 topic = str(sub.get("topic", ""))
                 if not topic:
                     continue
-                try:
-                    version_ms = int(sub.get("subVersion", 0))
-                except (TypeError, ValueError):
-                    version_ms = 0
-                subs[topic] = SubscriptionData.build(
-                    topic,
-                    str(sub.get("subString", "*")),
-                    version_ms,
-                    str(sub.get("expressionType") or "TAG"),
-                )
+                subs[topic] = SubscriptionData.from_heartbeat(topic, sub)
             if _update_subscriptions(info.subscriptions, subs) and group not in changed:
                 changed.append(group)
         for data in body.get("producerDataSet") or []:

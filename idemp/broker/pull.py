@@ -12,7 +12,7 @@ from idemp.remoting.codes import OFFSET_MOVED_EVENT, Perm
 from idemp.remoting.javahash import hash_map_order
 from idemp.remoting.message import decode_message
 from idemp.remoting.sql92 import Selector
-from idemp.remoting.tags import parse_subscription
+from idemp.remoting.tags import SUB_ALL, SubscriptionSplitError, tag_subscription
 
 from .brokerstats import BROKER_GET_NUMS, GROUP_GET_NUMS, GROUP_GET_SIZE
 from .clients import compile_or_none, is_tag_type
@@ -112,22 +112,33 @@ def _process(
         )
     codes: frozenset[int] | None = None
     selector: Selector | None = None
-    if sys_flag & PullSysFlag.SUBSCRIPTION and cmd.ext_fields.get("subscription") is not None:
+    if sys_flag & PullSysFlag.SUBSCRIPTION:
+        # FilterAPI.build(topic, subscription, expressionType): a TAG (or absent) type is
+        # parsed as buildSubscriptionData parses it, an absent expression meaning every
+        # message; any other type needs an expression
+        expression = cmd.ext_fields.get("subscription")
         expression_type = cmd.ext_fields.get("expressionType")
-        if not is_tag_type(expression_type):
-            if not cmd.ext_fields["subscription"]:  # FilterAPI.build: "Expression can't be null!"
-                return cmd.response(
-                    ResponseCode.SUBSCRIPTION_PARSE_FAILED,
-                    "parse the consumer's subscription failed",
-                )
+        parse_failed = cmd.response(
+            ResponseCode.SUBSCRIPTION_PARSE_FAILED, "parse the consumer's subscription failed"
+        )
+        if expression_type is None or expression_type == "TAG":
+            try:
+                parsed = tag_subscription(expression)
+            except SubscriptionSplitError:
+                return parse_failed
+            codes = None if parsed is None else parsed[1]
+        elif not expression:  # "Expression can't be null!"
+            return parse_failed
+        elif is_tag_type(expression_type):
+            # "": built as a filter expression, so with no tag codes, then matched as a
+            # tag subscription: every message for "*", none otherwise
+            codes = None if expression == SUB_ALL else frozenset()
+        else:
             if not server.config.enablePropertyFilter:
                 return _no_property_filter(cmd, str(expression_type))
             # one that does not compile filters nothing: RocketMQ's filter data is then
             # null and its ExpressionMessageFilter lets every message through
-            selector = compile_or_none(str(expression_type), cmd.ext_fields["subscription"])
-        else:
-            parsed = parse_subscription(cmd.ext_fields["subscription"])
-            codes = None if parsed is None else parsed[1]
+            selector = compile_or_none(str(expression_type), expression)
     else:
         info = server.clients.consumers.get(group)
         if info is None:

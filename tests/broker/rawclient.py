@@ -35,6 +35,7 @@ from idemp.remoting import (
     encode_batch,
     encode_properties,
 )
+from idemp.remoting.tags import tag_subscription
 
 DEFAULT_TIMEOUT = 5.0
 _opaques = itertools.count(1000)
@@ -354,7 +355,13 @@ class RawClient:
         sub_version: int = 1,
         sub_string: str = "*",
         expression_type: str = "TAG",
+        code_set: Sequence[int] | None = None,
     ) -> RemotingCommand:
+        """The subscription's tagsSet and codeSet as the Java client's FilterAPI builds
+        them from ``sub_string`` (the broker filters by the codes), or ``code_set``."""
+        parsed = tag_subscription(sub_string) if expression_type == "TAG" else None
+        tags = sorted(parsed[0]) if parsed else []
+        codes = list(code_set) if code_set is not None else sorted(parsed[1]) if parsed else []
         body = {
             "clientID": client_id,
             "consumerDataSet": [
@@ -368,8 +375,8 @@ class RawClient:
                         {
                             "topic": topic,
                             "subString": sub_string,
-                            "tagsSet": [],
-                            "codeSet": [],
+                            "tagsSet": tags,
+                            "codeSet": codes,
                             "subVersion": sub_version,
                             "classFilterMode": False,
                             "expressionType": expression_type,

@@ -661,3 +661,32 @@ def test_an_ack_or_change_naming_a_queue_without_that_offset(
         "changeInvisibleDuration failed: status is abnormal",
     )
     assert raw.ack(group, topic, handle)[0] == pb.OK
+
+
+def test_a_receives_tag_expression_is_parsed_as_filter_api_parses_it(
+    raw: Raw, admin: RawClient, names: Callable[[str], str]
+) -> None:
+    """The proxy's FilterAPI.build: "||" splits into nothing (ILLEGAL_FILTER_EXPRESSION,
+    its words), " " names no tag and so matches no message; "" is every tag."""
+    topic = names("T")
+    assert admin.create_topic(topic, 1).code == 0
+    assert admin.send_message(topic, b"tagged", {"TAGS": "a"}).code == 0
+    admin.indexed(topic, 0, 1)
+    seen = {}
+    for n, expression in enumerate(("||", " ", "")):
+        group = names(f"G{n}")
+        settings, request = simple_consumer(group, topic)
+        assert raw.first_telemetry(settings).status.code == pb.OK
+        request.filter_expression.expression = expression
+        request.long_polling_timeout.seconds = 5
+        answers = raw.stream("ReceiveMessage", request, pb.ReceiveMessageResponse)
+        statuses = [(a.status.code, a.status.message) for a in answers if a.HasField("status")]
+        bodies = [a.message.body for a in answers if a.WhichOneof("content") == "message"]
+        seen[expression] = (statuses[0][0], bodies)
+        if expression == "||":
+            assert statuses == [(pb.ILLEGAL_FILTER_EXPRESSION, "subString split error")]
+    assert seen == {
+        "||": (pb.ILLEGAL_FILTER_EXPRESSION, []),
+        " ": (pb.MESSAGE_NOT_FOUND, []),
+        "": (pb.OK, [b"tagged"]),
+    }

@@ -30,6 +30,7 @@ from idemp.remoting.codes import (
 from idemp.remoting.javahash import java_string_hash
 from idemp.remoting.message import MessageExt, MessageFormatError
 from idemp.remoting.sql92 import SelectorError, compile_selector
+from idemp.remoting.tags import SubscriptionSplitError, tag_subscription, tags_code
 
 from ..diskguard import DiskFull
 from ..halfcheck import STORE_REFUSED
@@ -1089,11 +1090,16 @@ def _filter(expression: Any) -> Any:
                 Code.INTERNAL_SERVER_ERROR, _PROXY + "parse the consumer's subscription failed"
             ) from None
         return lambda msg: selector.matches(msg.properties)
-    text = (expression.expression or "*").strip()
-    if not text or text == "*":
+    # the proxy's FilterAPI.build, as a 4.x pull's expression: " " or "|| ||" name no tag,
+    # and match nothing; the broker then compares tag hash codes, not the tags
+    try:
+        parsed = tag_subscription(expression.expression)
+    except SubscriptionSplitError as exc:
+        raise RequestError(Code.ILLEGAL_FILTER_EXPRESSION, str(exc)) from None
+    if parsed is None:
         return lambda msg: True
-    tags = {t.strip() for t in text.split("||") if t.strip()}
-    return lambda msg: msg.properties.get(Prop.TAGS) in tags
+    codes = parsed[1]
+    return lambda msg: tags_code(msg.properties.get(Prop.TAGS)) in codes
 
 
 __all__ = ["MessagingService", "Receipt"]
