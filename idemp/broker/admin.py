@@ -10,6 +10,7 @@ from idemp.remoting.codes import (
     UNSET_RESPONSE_REMARK,
     Perm,
 )
+from idemp.remoting.javaparse import JavaError
 
 from .admin_maintenance import is_system_topic
 from .metadata import (
@@ -97,13 +98,19 @@ def view_message(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingCo
 
 def query_message(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingCommand:
     assert server.store is not None
-    cmd.require("topic", "key", "maxNum", "beginTimestamp", "endTimestamp")
+    cmd.require("maxNum", "beginTimestamp", "endTimestamp")
     max_num = min(cmd.field_int("maxNum"), MAX_MSGS_NUM_BATCH)
-    if cmd.field_bool("_UNIQUE_KEY_QUERY"):
+    if cmd.ext_fields.get("_UNIQUE_KEY_QUERY") == "true":
         max_num = DEFAULT_QUERY_MAX_NUM
+    if max_num < 0:  # IndexService.queryOffset sizes its list by it
+        raise JavaError(
+            f"java.lang.IllegalArgumentException: Illegal Capacity: {max_num}, "
+            "java.base/java.util.ArrayList.<init>(ArrayList.java:160)"
+        )
     records = server.store.query_by_key(
-        cmd.ext_fields["topic"],
-        cmd.ext_fields["key"],
+        # the index key is topic#key, concatenated: an absent one reads "null"
+        cmd.ext_fields.get("topic", "null"),
+        cmd.ext_fields.get("key", "null"),
         max_num,
         cmd.field_int("beginTimestamp"),
         cmd.field_int("endTimestamp"),

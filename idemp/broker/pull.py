@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from idemp.remoting import MessageExt, PullSysFlag, RemotingCommand, RequestCode, ResponseCode
 from idemp.remoting.codes import OFFSET_MOVED_EVENT, Perm
 from idemp.remoting.javahash import hash_map_order
+from idemp.remoting.javaparse import JavaError, java_int
 from idemp.remoting.message import decode_message
 from idemp.remoting.sql92 import Selector
 from idemp.remoting.tags import SUB_ALL, SubscriptionSplitError, tag_subscription
@@ -50,6 +51,17 @@ def _no_property_filter(cmd: RemotingCommand, expression_type: str) -> RemotingC
     )
 
 
+_PULL_NUMBERS = (
+    ("queueId", 32),
+    ("queueOffset", 64),
+    ("maxMsgNums", 32),
+    ("sysFlag", 32),
+    ("commitOffset", 64),
+    ("suspendTimeoutMillis", 64),
+    ("subVersion", 64),
+)
+
+
 def register(handlers: dict[int, Handler]) -> None:
     handlers[RequestCode.PULL_MESSAGE] = pull_message
 
@@ -61,17 +73,16 @@ def pull_message(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingCo
 def _process(
     server: Broker, conn: Peer, cmd: RemotingCommand, allow_suspend: bool
 ) -> RemotingCommand | None:
-    cmd.require(
-        "consumerGroup",
-        "topic",
-        "queueId",
-        "queueOffset",
-        "maxMsgNums",
-        "sysFlag",
-        "commitOffset",
-        "suspendTimeoutMillis",
-        "subVersion",
-    )
+    # PullMessageRequestHeader.decode (a FastCodesHeader): every number there is parsed
+    # as Java parses it, in the header's order, and one that does not parse fails the
+    # pull with its NumberFormatException; an absent one is null, and fails only where
+    # it is read (commitOffset with the commit flag, suspendTimeoutMillis with the
+    # suspend flag, subVersion against a heartbeat's subscription)
+    for name, bits in _PULL_NUMBERS:
+        raw = cmd.ext_fields.get(name)
+        if raw is not None:
+            java_int(raw, bits)
+    cmd.require("consumerGroup", "topic", "queueId", "queueOffset", "maxMsgNums", "sysFlag")
     store = server.store
     assert store is not None
     group = cmd.ext_fields["consumerGroup"]
@@ -79,6 +90,8 @@ def _process(
     queue_id = cmd.field_int("queueId")
     offset = cmd.field_int("queueOffset")
     sys_flag = cmd.field_int("sysFlag")
+    if sys_flag & PullSysFlag.SUSPEND:  # read first thing, with the flag
+        cmd.require("suspendTimeoutMillis")
     if not server.config.brokerPermission & Perm.READ:
         return cmd.response(
             ResponseCode.NO_PERMISSION,
@@ -169,11 +182,19 @@ def _process(
                 return _no_property_filter(cmd, sub.expression_type)
             selector = sub.selector
         codes = sub.codes
+    max_nums = cmd.field_int("maxMsgNums")
+    if max_nums < 0 and store.min_offset(topic, queue_id) <= offset < store.max_offset(
+        topic, queue_id
+    ):  # DefaultMessageStore.getMessage sizes its result lists by it, there only
+        raise JavaError(
+            f"java.lang.IllegalArgumentException: Illegal Capacity: {max_nums}, "
+            "java.base/java.util.ArrayList.<init>(ArrayList.java:160)"
+        )
     result = store.get_messages(
         topic,
         queue_id,
         offset,
-        cmd.field_int("maxMsgNums"),
+        max_nums,
         codes,
         None if selector is None else record_matcher(selector),
     )

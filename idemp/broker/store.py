@@ -433,14 +433,14 @@ class MessageStore:
         # (with maxNum below the matches, the latest are the ones returned), then answered
         # in store order: DefaultMessageStore.queryMessage sorts the offsets it found.
         for phy in reversed(self._key_index.get(f"{topic}#{key}", [])):
+            if len(out) >= max_num:  # IndexFile.selectPhyOffset: checked before adding
+                break
             msg = self.lookup(phy)
             if msg is None or not begin <= self._indexed_time(msg.store_timestamp) <= end:
                 continue
             record = self.read_record(phy)
             if record is not None:
                 out.append(record)
-            if len(out) >= max_num:
-                break
         out.reverse()
         return out
 

@@ -1028,3 +1028,28 @@ def test_admin_requests_lacking_a_field_go_on_with_it_null(broker: BrokerProcess
         ResponseCode.SYSTEM_ERROR,
         "The specified topic is blank.",
     )
+
+
+def test_a_key_query_counts_before_it_adds(broker: BrokerProcess) -> None:
+    """IndexFile.selectPhyOffset checks maxNum before it adds a match, so 0 finds
+    nothing; IndexService sizes its list by it, so a negative one fails; an absent topic
+    is "null" in the index key, which names nothing."""
+    now = int(time.time() * 1000) + 60_000
+    ext = {"topic": TOPIC, "key": "k1", "beginTimestamp": 0, "endTimestamp": now}
+    with RawClient(broker.broker_addr) as c:
+        one = c.request(RequestCode.QUERY_MESSAGE, {**ext, "maxNum": 1})
+        zero = c.request(RequestCode.QUERY_MESSAGE, {**ext, "maxNum": 0})
+        negative = c.request(RequestCode.QUERY_MESSAGE, {**ext, "maxNum": -1})
+        no_topic = c.request(
+            RequestCode.QUERY_MESSAGE,
+            {k: v for k, v in ext.items() if k != "topic"} | {"maxNum": 1},
+        )
+    assert one.code == ResponseCode.SUCCESS
+    not_found = (ResponseCode.QUERY_NOT_FOUND, "can not find message, maybe time range not correct")
+    assert (zero.code, zero.remark) == not_found
+    assert (no_topic.code, no_topic.remark) == not_found
+    assert (negative.code, negative.remark) == (
+        ResponseCode.SYSTEM_ERROR,
+        "java.lang.IllegalArgumentException: Illegal Capacity: -1, "
+        "java.base/java.util.ArrayList.<init>(ArrayList.java:160)",
+    )

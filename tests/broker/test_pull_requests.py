@@ -1,4 +1,8 @@
-"""Which messages a pull's tag subscription lets through, as RocketMQ 4.9.7 decides it.
+"""A pull's header and its tag subscription, read as RocketMQ 4.9.7 reads them.
+
+The header is a FastCodesHeader: every number in it is parsed, used or not, and one
+that does not parse fails the pull with Java's NumberFormatException; a number that is
+absent fails only where it is read.
 
 A subscription a heartbeat registered is kept as the client sent it: the pull matches
 its codeSet, and every message only when subString is exactly "*" (ConsumerGroupInfo
@@ -131,3 +135,70 @@ def test_a_pull_flagged_with_a_subscription_it_does_not_carry_takes_every_messag
     with RawClient(broker.broker_addr) as c:
         answer = c.request(RequestCode.PULL_MESSAGE, ext)
     assert _pulled(answer) == (ResponseCode.SUCCESS, [0, 1, 2, 3, 4])
+
+
+NUMBER_FORMAT = (
+    'java.lang.NumberFormatException: For input string: "{}", '
+    "java.base/java.lang.NumberFormatException.forInputString(NumberFormatException.java:67)"
+)
+
+
+def _pull_header(**over: object) -> dict[str, object]:
+    ext: dict[str, object] = {
+        "consumerGroup": "GTagsHeader",
+        "topic": TOPIC,
+        "queueId": 0,
+        "queueOffset": 0,
+        "maxMsgNums": 32,
+        "sysFlag": 4,
+        "commitOffset": 0,
+        "suspendTimeoutMillis": 0,
+        "subscription": "*",
+        "subVersion": 0,
+    }
+    ext.update(over)
+    return {k: v for k, v in ext.items() if v is not None}
+
+
+@pytest.mark.parametrize(
+    ("over", "expected"),
+    [
+        # not read without their flags: absent is fine
+        ({"commitOffset": None, "suspendTimeoutMillis": None, "subVersion": None}, None),
+        # parsed all the same: what does not parse fails the pull
+        ({"subVersion": "v"}, "v"),
+        ({"commitOffset": "zz"}, "zz"),
+        ({"queueId": "2147483648"}, "2147483648"),
+        ({"maxMsgNums": "1.5"}, "1.5"),
+        ({"sysFlag": ""}, ""),
+    ],
+)
+def test_every_number_of_a_pulls_header_is_parsed_and_only_what_is_read_must_be_there(
+    broker: BrokerProcess, over: dict[str, object], expected: str | None
+) -> None:
+    with RawClient(broker.broker_addr) as c:
+        answer = c.request(RequestCode.PULL_MESSAGE, _pull_header(**over))
+    if expected is None:
+        assert _pulled(answer) == (ResponseCode.SUCCESS, [0, 1, 2, 3, 4])
+    else:
+        assert (answer.code, answer.remark) == (
+            ResponseCode.SYSTEM_ERROR,
+            NUMBER_FORMAT.format(expected),
+        )
+
+
+def test_a_negative_message_count_fails_where_the_store_reads(broker: BrokerProcess) -> None:
+    """getMessage sizes its lists by maxMsgNums when the offset is inside the queue
+    (ArrayList refuses a negative capacity); 0 still takes one message, and at the
+    queue's end nothing is read."""
+    with RawClient(broker.broker_addr) as c:
+        inside = c.request(RequestCode.PULL_MESSAGE, _pull_header(maxMsgNums=-1))
+        none = c.request(RequestCode.PULL_MESSAGE, _pull_header(maxMsgNums=0))
+        at_end = c.request(RequestCode.PULL_MESSAGE, _pull_header(maxMsgNums=-5, queueOffset=5))
+    assert (inside.code, inside.remark) == (
+        ResponseCode.SYSTEM_ERROR,
+        "java.lang.IllegalArgumentException: Illegal Capacity: -1, "
+        "java.base/java.util.ArrayList.<init>(ArrayList.java:160)",
+    )
+    assert _pulled(none) == (ResponseCode.SUCCESS, [0])
+    assert at_end.code == ResponseCode.PULL_NOT_FOUND
