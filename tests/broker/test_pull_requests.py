@@ -46,6 +46,29 @@ def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
         yield b
 
 
+NUMBER_FORMAT = (
+    'java.lang.NumberFormatException: For input string: "{}", '
+    "java.base/java.lang.NumberFormatException.forInputString(NumberFormatException.java:67)"
+)
+
+
+def _pull_header(**over: object) -> dict[str, object]:
+    ext: dict[str, object] = {
+        "consumerGroup": "GTagsHeader",
+        "topic": TOPIC,
+        "queueId": 0,
+        "queueOffset": 0,
+        "maxMsgNums": 32,
+        "sysFlag": 4,
+        "commitOffset": 0,
+        "suspendTimeoutMillis": 0,
+        "subscription": "*",
+        "subVersion": 0,
+    }
+    ext.update(over)
+    return {k: v for k, v in ext.items() if v is not None}
+
+
 def _pulled(answer: RemotingCommand) -> tuple[int, list[int]]:
     """The answer's code and the queue offsets of the messages it carries."""
     found = [m.queue_offset for m in decode_messages(answer.body)] if answer.code == 0 else []
@@ -121,43 +144,10 @@ def test_a_pull_flagged_with_a_subscription_it_does_not_carry_takes_every_messag
     broker: BrokerProcess,
 ) -> None:
     """FilterAPI.build with a null expression: every message, no heartbeat needed."""
-    ext = {
-        "consumerGroup": "GTagsNoSub",
-        "topic": TOPIC,
-        "queueId": 0,
-        "queueOffset": 0,
-        "maxMsgNums": 32,
-        "sysFlag": 4,
-        "commitOffset": 0,
-        "suspendTimeoutMillis": 0,
-        "subVersion": 0,
-    }
+    header = _pull_header(consumerGroup="GTagsNoSub", subscription=None)
     with RawClient(broker.broker_addr) as c:
-        answer = c.request(RequestCode.PULL_MESSAGE, ext)
+        answer = c.request(RequestCode.PULL_MESSAGE, header)
     assert _pulled(answer) == (ResponseCode.SUCCESS, [0, 1, 2, 3, 4])
-
-
-NUMBER_FORMAT = (
-    'java.lang.NumberFormatException: For input string: "{}", '
-    "java.base/java.lang.NumberFormatException.forInputString(NumberFormatException.java:67)"
-)
-
-
-def _pull_header(**over: object) -> dict[str, object]:
-    ext: dict[str, object] = {
-        "consumerGroup": "GTagsHeader",
-        "topic": TOPIC,
-        "queueId": 0,
-        "queueOffset": 0,
-        "maxMsgNums": 32,
-        "sysFlag": 4,
-        "commitOffset": 0,
-        "suspendTimeoutMillis": 0,
-        "subscription": "*",
-        "subVersion": 0,
-    }
-    ext.update(over)
-    return {k: v for k, v in ext.items() if v is not None}
 
 
 @pytest.mark.parametrize(
