@@ -8,7 +8,7 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from idemp.remoting import RemotingCommand, RequestCode, ResponseCode, jsonlenient
-from idemp.remoting.codes import Perm
+from idemp.remoting.codes import Perm, TopicSysFlag
 from idemp.remoting.sql92 import SelectorError, compile_selector
 
 from .clients import is_tag_type
@@ -50,9 +50,12 @@ def heartbeat(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingComma
     for data in body.get("consumerDataSet") or []:
         group = str(data.get("groupName", ""))
         gcfg = store.groups.find_or_create(group) if group else None
-        if gcfg is not None:
+        if gcfg is not None:  # a unit-mode consumer's with the unit-subscription flag
             store.topics.create_system(
-                retry_topic(group), gcfg.retryQueueNums, Perm.READ | Perm.WRITE
+                retry_topic(group),
+                gcfg.retryQueueNums,
+                Perm.READ | Perm.WRITE,
+                TopicSysFlag.UNIT_SUB if data.get("unitMode") is True else 0,
             )
     for group in server.clients.heartbeat(conn, body, cmd.language, cmd.version):
         server.notify_consumer_ids_changed(group)

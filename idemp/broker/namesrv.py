@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from idemp.remoting import RemotingCommand, RequestCode, ResponseCode
-from idemp.remoting.codes import Perm
+from idemp.remoting.codes import Perm, TopicSysFlag
 from idemp.remoting.javahash import hash_map_order
 
 from .config import as_java_field, kind_of, read_properties
@@ -51,14 +51,13 @@ def register(handlers: dict[int, Handler]) -> None:
     handlers[RequestCode.DELETE_TOPIC_IN_NAMESRV] = delete_topic_route
     handlers[RequestCode.GET_TOPICS_BY_CLUSTER] = topics_by_cluster
     handlers[RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_NS] = system_topics
-    handlers[RequestCode.GET_UNIT_TOPIC_LIST] = unit_topics(UNIT, 0)
-    handlers[RequestCode.GET_HAS_UNIT_SUB_TOPIC_LIST] = unit_topics(UNIT_SUB, 0)
-    handlers[RequestCode.GET_HAS_UNIT_SUB_UNUNIT_TOPIC_LIST] = unit_topics(UNIT_SUB, UNIT)
+    handlers[RequestCode.GET_UNIT_TOPIC_LIST] = unit_topics(TopicSysFlag.UNIT, 0)
+    handlers[RequestCode.GET_HAS_UNIT_SUB_TOPIC_LIST] = unit_topics(TopicSysFlag.UNIT_SUB, 0)
+    handlers[RequestCode.GET_HAS_UNIT_SUB_UNUNIT_TOPIC_LIST] = unit_topics(
+        TopicSysFlag.UNIT_SUB, TopicSysFlag.UNIT
+    )
     handlers[RequestCode.GET_NAMESRV_CONFIG] = get_config
     handlers[RequestCode.UPDATE_NAMESRV_CONFIG] = update_config
-
-
-UNIT, UNIT_SUB = 0x1, 0x2  # TopicSysFlag: unit topic, has unit subscription
 
 
 class HashOrdered(dict[str, Any]):

@@ -23,6 +23,7 @@ from .store import GetStatus
 
 if TYPE_CHECKING:
     from .context import Broker, Handler, Peer
+    from .metadata import SubscriptionGroupConfig
 
 FAQ = "\nSee http://rocketmq.apache.org/docs/faq/ for further details."
 MAX_HOLD_MS = 25_000  # stay well under the clients' 30 s pull timeout
@@ -60,6 +61,15 @@ _PULL_NUMBERS = (
     ("suspendTimeoutMillis", 64),
     ("subVersion", 64),
 )
+
+
+def _suggested_broker(server: Broker, gcfg: SubscriptionGroupConfig) -> str:
+    """PullMessageProcessor: with slaveReadEnable, the group's brokerId (its
+    whichBrokerWhenConsumeSlowly only for a pull reading what is no longer in memory,
+    which this store never reports), otherwise the master."""
+    if server.config.unknown.get("slaveReadEnable", "").strip().lower() == "true":
+        return str(gcfg.brokerId)
+    return "0"
 
 
 def register(handlers: dict[int, Handler]) -> None:
@@ -237,7 +247,7 @@ def _process(
         code,
         result.status.value,
         {
-            "suggestWhichBrokerId": "0",
+            "suggestWhichBrokerId": _suggested_broker(server, gcfg),
             "nextBeginOffset": str(result.next_begin_offset),
             "minOffset": str(result.min_offset),
             "maxOffset": str(result.max_offset),

@@ -16,6 +16,7 @@ from idemp.remoting.codes import (
     MessageSysFlag,
     Perm,
     Prop,
+    TopicSysFlag,
 )
 from idemp.remoting.javaparse import JavaError, java_int, parse_java_int
 from idemp.remoting.message import (
@@ -72,8 +73,6 @@ _NUMBERS = {
     "reconsumeTimes": 32,
     "maxReconsumeTimes": 32,
 }
-# TopicSysFlag.buildSysFlag(unit, hasUnitSub): what a unitMode send gives a topic it creates
-_UNIT_TOPIC, _UNIT_RETRY_TOPIC = 1, 2
 _NO_QUEUE_TO_CHOOSE = JavaError(  # randomQueueId: nextInt(99999999) % writeQueueNums
     "java.lang.ArithmeticException: / by zero, org.apache.rocketmq.broker.processor"
     ".SendMessageProcessor.randomQueueId(SendMessageProcessor.java:689)"
@@ -170,7 +169,8 @@ def _msg_check(
         retry = topic.startswith(RETRY_GROUP_TOPIC_PREFIX)
         sys_flag = 0
         if _java_bool(cmd.ext_fields.get("unitMode")):
-            sys_flag = _UNIT_RETRY_TOPIC if retry else _UNIT_TOPIC
+            # TopicSysFlag.buildSysFlag(unit, hasUnitSub) for the topic the send creates
+            sys_flag = TopicSysFlag.UNIT_SUB if retry else TopicSysFlag.UNIT
         tcfg = store.topics.create_in_send(
             topic,
             cmd.ext_fields["defaultTopic"],

@@ -210,6 +210,14 @@ class Perm:
     INHERIT = 1
 
 
+class TopicSysFlag:
+    """A topic's unit flags: a unit topic, one with a unit subscription (a unit-mode
+    consumer's retry topic)."""
+
+    UNIT = 0x1
+    UNIT_SUB = 0x2
+
+
 # Well-known topics and property keys (MessageConst / TopicValidator).
 DEFAULT_TOPIC = "TBW102"
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"

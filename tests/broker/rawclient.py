@@ -356,6 +356,7 @@ class RawClient:
         sub_string: str = "*",
         expression_type: str = "TAG",
         code_set: Sequence[int] | None = None,
+        unit_mode: bool = False,
     ) -> RemotingCommand:
         """The subscription's tagsSet and codeSet as the Java client's FilterAPI builds
         them from ``sub_string`` (the broker filters by the codes), or ``code_set``."""
@@ -370,7 +371,7 @@ class RawClient:
                     "consumeType": "CONSUME_PASSIVELY",
                     "messageModel": "CLUSTERING",
                     "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET",
-                    "unitMode": False,
+                    "unitMode": unit_mode,
                     "subscriptionDataSet": [
                         {
                             "topic": topic,

@@ -1,4 +1,5 @@
-"""A pull's header and its tag subscription, read as RocketMQ 4.9.7 reads them.
+"""A pull and what decides it, as RocketMQ 4.9.7 has them: its header, its tag subscription,
+the broker it suggests next, the retry topic a consumer's heartbeat creates.
 
 The header is a FastCodesHeader: every number in it is parsed, used or not, and one
 that does not parse fails the pull with Java's NumberFormatException; a number that is
@@ -12,7 +13,8 @@ and matches nothing. Run against RocketMQ 4.9.7 with IDEMP_4X_REAL, same answers
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import json
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -192,3 +194,36 @@ def test_a_negative_message_count_fails_where_the_store_reads(broker: BrokerProc
     )
     assert _pulled(none) == (ResponseCode.SUCCESS, [0])
     assert at_end.code == ResponseCode.PULL_NOT_FOUND
+
+
+def test_with_slave_reads_a_pull_suggests_the_groups_broker(
+    make_broker: Callable[..., BrokerProcess],
+) -> None:
+    """PullMessageProcessor with slaveReadEnable: the group's brokerId (a Java consumer
+    then pulls from that slave, when there is one); without it, always the master."""
+    broker = make_broker(slaveReadEnable="true")
+    with RawClient(broker.broker_addr) as c:
+        assert c.create_topic("TSlaveRead", 1).code == 0
+        assert c.send_message("TSlaveRead", b"m", queue_id=0).code == 0
+        c.indexed("TSlaveRead", 0, 1)
+        suggested = {}
+        for group, broker_id in (("GSlave1", 1), ("GSlave3", 3), ("GMaster", 0)):
+            assert c.create_group(group, brokerId=broker_id).code == 0
+            answer = c.pull("TSlaveRead", 0, 0, group=group, suspend_ms=0)
+            suggested[group] = (answer.code, answer.ext_fields["suggestWhichBrokerId"])
+    assert suggested == {"GSlave1": (0, "1"), "GSlave3": (0, "3"), "GMaster": (0, "0")}
+
+
+def test_a_unit_mode_consumer_gets_a_retry_topic_with_the_unit_subscription_flag(
+    broker: BrokerProcess,
+) -> None:
+    """ClientManageProcessor.heartBeat creates the group's retry topic with
+    TopicSysFlag.buildSysFlag(false, true) for a unit-mode consumer."""
+    with RawClient(broker.broker_addr) as c:
+        assert c.heartbeat("unit-client", ["GUnit"], topic=TOPIC, unit_mode=True).code == 0
+        assert c.heartbeat("plain-client", ["GPlain"], topic=TOPIC).code == 0
+        table = json.loads(c.request(RequestCode.GET_ALL_TOPIC_CONFIG, {}).body)
+    flags = {
+        t: table["topicConfigTable"][t]["topicSysFlag"] for t in ("%RETRY%GUnit", "%RETRY%GPlain")
+    }
+    assert flags == {"%RETRY%GUnit": 2, "%RETRY%GPlain": 0}
