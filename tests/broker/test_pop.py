@@ -10,6 +10,7 @@ import types
 
 import pytest
 
+from idemp.broker.metadata import TopicConfig
 from idemp.broker.store import MessageStore
 from idemp.broker.v5 import pop as popmod
 from idemp.broker.v5.pop import (
@@ -169,9 +170,12 @@ def test_a_receive_reads_past_what_it_does_not_accept(store: MessageStore) -> No
     assert [p.message.body for p in rest] == [b"m6"]  # the rejected ones are not redelivered
 
 
-def test_fifo_queue_redelivers_its_unacked_messages_in_order_past_acked_and_filtered(
+def test_fifo_queue_reads_again_from_its_first_unacked_message(
     store: MessageStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """As RocketMQ 5.3.3's order POP: once an unacked message's time is over, the queue
+    is read again from it (its committed offset), what was acked after it included;
+    what the filter refused stays out."""
     clock = [1_000_000.0]  # the POP state's wall clock, in seconds, moved by hand
     monkeypatch.setattr(popmod, "time", types.SimpleNamespace(time=lambda: clock[0]))
     service = PopService(store, "broker-a")
@@ -193,15 +197,15 @@ def test_fifo_queue_redelivers_its_unacked_messages_in_order_past_acked_and_filt
     service.ack("G", "T", first[1].receipt.encode())
     clock[0] += 0.001  # their invisible time is over
     again = pop(4)
-    # m1 acked, m2 filtered out: not again. The attempt is one count for the queue, the
-    # fewest deliveries in the batch (RocketMQ's), and m5 is a first delivery
+    # m1 acked, and delivered again; m2 filtered out. The attempt is one count for the
+    # queue, the fewest deliveries in the batch (RocketMQ's): each had one, m1 too
     assert [(p.message.body, p.attempt) for p in again] == [
-        (b"m0", 1), (b"m3", 1), (b"m4", 1), (b"m5", 1),
+        (b"m0", 2), (b"m1", 2), (b"m3", 2), (b"m4", 2),
     ]  # fmt: skip
     assert pop(4) == []
     for p in again:
         service.ack("G", "T", p.receipt.encode())
-    assert store.offsets.query("G", "T", 0) == 6
+    assert [p.message.body for p in pop(4)] == [b"m5"]
 
 
 def test_a_cancelled_wait_ends_even_when_a_message_arrives_in_the_same_turn(
@@ -221,3 +225,19 @@ def test_a_cancelled_wait_ends_even_when_a_message_arrives_in_the_same_turn(
         return waiting.cancelled()
 
     assert asyncio.run(scenario())
+
+
+@pytest.mark.parametrize(("draw", "first_queue"), [(0, 0), (1, 1), (2, 2), (99, 0)])
+def test_a_pop_starts_at_the_queue_its_draw_names(
+    store: MessageStore, draw: int, first_queue: int
+) -> None:
+    """PopMessageProcessor draws one number below 100 per pop: the retry topic goes first
+    below popFromRetryProbability, and the queues are read from (draw + i) % queues, so
+    a busy queue cannot keep the others waiting."""
+    store.topics.put(TopicConfig("T3", 3, 3))
+    for qid in range(3):
+        store.put(MessageExt(topic="T3", queue_id=qid, body=b"q%d" % qid))
+    service = PopService(store, "broker-a")
+    service._random = types.SimpleNamespace(randrange=lambda n: draw)  # type: ignore[assignment]
+    popped = service.pop("G", "T3", 1, 60_000, fifo=False, accepts=lambda m: True, max_attempts=17)
+    assert [p.message.queue_id for p in popped] == [first_queue]

@@ -289,7 +289,10 @@ class PopService:
         out: list[Popped] = []
         retry = pop_retry_topic(group, topic)
         has_retry = not fifo and self.store.topics.get(retry) is not None
-        retry_first = self._random.randrange(100) < self.retry_first_percent()
+        # PopMessageProcessor's one draw: it decides whether the retry topic goes first,
+        # and which queue the read starts at (so that no queue is always read last)
+        random_q = self._random.randrange(100)
+        retry_first = random_q < self.retry_first_percent()
 
         def pop_retry() -> None:
             if has_retry and len(out) < batch:
@@ -309,9 +312,11 @@ class PopService:
 
         if retry_first:
             pop_retry()
-        for qid in range(cfg.readQueueNums):
+        queues = cfg.readQueueNums
+        for i in range(queues):
             if len(out) >= batch:
                 break
+            qid = (random_q + i) % queues
             if fifo:
                 self._pop_ordered(
                     group, topic, qid, state, batch, invisible_ms, now, out, accepts, max_attempts
@@ -472,9 +477,14 @@ class PopService:
         if order.inflight:
             if any(f.deadline > now for f in order.inflight.values()):
                 return  # the queue's previous messages are still being consumed
-            for offset in order.inflight:
+            # RocketMQ 5.3.3 reads the queue again from its committed offset, the first
+            # message not acked, and skips nothing after it: what was acked after it in
+            # that delivery (other message groups' messages) is delivered again, and
+            # counts as handed out once more, as the unacked ones do
+            for offset in (*order.inflight, *order.acked):
                 order.extra[offset] = order.extra.get(offset, 0) + 1
             order.inflight.clear()
+            order.acked.clear()
         offset = order.start
         start = offset
         end = self.store.max_offset(topic, qid)
@@ -523,11 +533,11 @@ class PopService:
     ) -> None:
         for offset in offsets:  # type: ignore[attr-defined]
             order.inflight.pop(offset, None)
-            order.extra.pop(offset, None)
             order.acked.add(offset)
         moved = order.start
         while order.start in order.acked:
             order.acked.discard(order.start)
+            order.extra.pop(order.start, None)  # committed: never read again
             order.start += 1
         if order.start != moved:
             order.committed = order.start
