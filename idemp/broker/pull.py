@@ -52,6 +52,12 @@ def _no_property_filter(cmd: RemotingCommand, expression_type: str) -> RemotingC
     )
 
 
+def _parse_failed(cmd: RemotingCommand) -> RemotingCommand:
+    return cmd.response(
+        ResponseCode.SUBSCRIPTION_PARSE_FAILED, "parse the consumer's subscription failed"
+    )
+
+
 _PULL_NUMBERS = (
     ("queueId", 32),
     ("queueOffset", 64),
@@ -141,17 +147,14 @@ def _process(
         # message; any other type needs an expression
         expression = cmd.ext_fields.get("subscription")
         expression_type = cmd.ext_fields.get("expressionType")
-        parse_failed = cmd.response(
-            ResponseCode.SUBSCRIPTION_PARSE_FAILED, "parse the consumer's subscription failed"
-        )
         if expression_type is None or expression_type == "TAG":
             try:
                 parsed = tag_subscription(expression)
             except SubscriptionSplitError:
-                return parse_failed
+                return _parse_failed(cmd)
             codes = None if parsed is None else parsed[1]
         elif not expression:  # "Expression can't be null!"
-            return parse_failed
+            return _parse_failed(cmd)
         elif is_tag_type(expression_type):
             # "": built as a filter expression, so with no tag codes, then matched as a
             # tag subscription: every message for "*", none otherwise

@@ -1099,7 +1099,16 @@ def _filter(expression: Any) -> Any:
     if parsed is None:
         return lambda msg: True
     codes = parsed[1]
-    return lambda msg: tags_code(msg.properties.get(Prop.TAGS)) in codes
+    seen: dict[str | None, bool] = {}  # a receive's messages share few tags: hash each once
+
+    def accepts(msg: MessageExt) -> bool:
+        tag = msg.properties.get(Prop.TAGS)
+        hit = seen.get(tag)
+        if hit is None:
+            hit = seen[tag] = tags_code(tag) in codes
+        return hit
+
+    return accepts
 
 
 __all__ = ["MessagingService", "Receipt"]
