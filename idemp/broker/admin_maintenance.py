@@ -68,13 +68,9 @@ def system_topic_list(server: Broker) -> list[str]:
     return list(dict.fromkeys([*_STATIC_SYSTEM_TOPICS, *SYSTEM_TOPICS, *added]))
 
 
-def system_topic_names(server: Broker) -> set[str]:
-    return set(system_topic_list(server))
-
-
 def is_system_topic(server: Broker, topic: str) -> bool:
     """TopicValidator.isSystemTopic: what neither updateTopic nor deleteTopic may touch."""
-    return topic in system_topic_names(server) or topic.startswith(SYSTEM_TOPIC_PREFIX)
+    return topic in system_topic_list(server) or topic.startswith(SYSTEM_TOPIC_PREFIX)
 
 
 def delete_topic(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingCommand:

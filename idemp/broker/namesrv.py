@@ -321,11 +321,14 @@ def _topic_list(names: Iterable[str], **extra: Any) -> bytes:
     return _dumps({"topicList": hash_map_order(names), **extra}, True)
 
 
-def _topic_table(server: Broker) -> list[str]:
+def _topic_table(server: Broker, local: list[str] | None = None) -> list[str]:
     """Every routed topic as RouteInfoManager's topicQueueTable (a HashMap created with
     1024 buckets, filled as topics first registered) iterates them: the order the topic
-    lists fill their sets in, which decides the order within a set's bucket."""
-    return hash_map_order([*_local_topics(server), *server.namesrv.routes.topics], 1024)
+    lists fill their sets in, which decides the order within a set's bucket. ``local``:
+    this broker's routed topics, when the caller has them already."""
+    if local is None:
+        local = _local_topics(server)
+    return hash_map_order([*local, *server.namesrv.routes.topics], 1024)
 
 
 def topic_list(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingCommand:
@@ -443,8 +446,9 @@ def topics_by_cluster(server: Broker, conn: Peer, cmd: RemotingCommand) -> Remot
     local = server.config.brokerName if server.store is not None else None
     if local is not None and cluster == server.config.brokerClusterName:
         brokers.add(local)
-    table = _topic_table(server)
-    own = set(_local_topics(server))
+    own_topics = _local_topics(server)
+    table = _topic_table(server, own_topics)
+    own = set(own_topics)
     topics: list[str] = []
     for broker in hash_map_order(sorted(brokers)):
         topics += [
