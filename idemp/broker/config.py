@@ -42,6 +42,9 @@ class BrokerConfig:
     flushIntervalCommitLog: int = 500
     syncFlushTimeout: int = 5000
     transactionCheckInterval: int = 60_000
+    # idemp's: RocketMQ 5.3.3's transactionCheckInterval, for the halves 5.x clients send
+    # through the gRPC endpoint (4.x halves keep 4.9.7's transactionCheckInterval)
+    grpcTransactionCheckInterval: int = 30_000
     transactionTimeOut: int = 6_000
     transactionCheckMax: int = 15
     rejectTransactionMessage: bool = False

@@ -8,6 +8,12 @@ enough is put back at the end of the half topic with its check count
 (TRANSACTION_CHECK_TIMES) and its producer asked about that copy, so a commit then carries
 the count; the round's offset moves past the one it replaced. Pending halves are rebuilt
 at start from that offset and the ops.
+
+Halves sent by RocketMQ 5 clients (through the gRPC endpoint; they carry
+``__transactionId__``, as RocketMQ 5.3.3's broker writes it) are also asked about on 5.3.3's
+cadence, ``grpcTransactionCheckInterval`` (30 s), between the 4.9.7 rounds
+(``transactionCheckInterval``, 60 s): a round of those passes over 4.x halves without
+moving the round's offset past them, so the next full round still finds them.
 """
 
 from __future__ import annotations
@@ -151,6 +157,7 @@ class TransactionCheckService:
         assert store is not None
         self.pending: dict[int, int] = {}  # half queue offset -> commit log offset
         self._key_of: dict[int, str] = {}  # pending half -> its UNIQ_KEY
+        self._of_v5: set[int] = set()  # pending halves a 5.x client sent
         self._latest: dict[str, int] = {}  # UNIQ_KEY -> the pending half of that key
         half = store.find_queue(TRANS_HALF_TOPIC, 0)
         resolved: set[int] = set()
@@ -183,11 +190,14 @@ class TransactionCheckService:
         self.pending[queue_offset] = phy
         half = store.lookup(phy)
         key = half.uniq_key if half is not None else None
+        if half is not None and Prop.TRANSACTION_ID in half.properties:
+            self._of_v5.add(queue_offset)
         if key:
             earlier = self._latest.get(key)
             if earlier is not None:  # a copy put back (or resumed): the same transaction
                 self.pending.pop(earlier, None)
                 self._key_of.pop(earlier, None)
+                self._of_v5.discard(earlier)
             self._latest[key] = queue_offset
             self._key_of[queue_offset] = key
 
@@ -246,6 +256,7 @@ class TransactionCheckService:
 
     def _done(self, queue_offset: int) -> None:
         self.pending.pop(queue_offset, None)
+        self._of_v5.discard(queue_offset)
         key = self._key_of.pop(queue_offset, None)
         if key is not None and self._latest.get(key) == queue_offset:
             del self._latest[key]
@@ -297,8 +308,10 @@ class TransactionCheckService:
                 removes[target] = op.queue_offset
         return read
 
-    def check_once(self) -> int:
-        """One round over the half topic's queue 0; return how many checks it sent."""
+    def check_once(self, only_v5: bool = False) -> int:
+        """One round over the half topic's queue 0; return how many checks it sent.
+        ``only_v5``: a round of 5.3.3's cadence, which asks about 5.x clients' halves
+        only; the first 4.x half it passes stays where the round's offset stops."""
         store = self.server.store
         assert store is not None
         cfg = self.server.config
@@ -312,6 +325,7 @@ class TransactionCheckService:
         ops = self._fill_removes(removes, op_offset, half_offset, done)
         misses = 1
         i = new_offset = half_offset
+        held: int | None = None  # the first 4.x half a 5.x round passed over
         sent = 0
         while _now_ms() - started <= MAX_PROCESS_TIME_MS:
             if i in removes:  # committed or rolled back
@@ -327,6 +341,10 @@ class TransactionCheckService:
                 half = read.found[0]
                 if i not in self.pending:  # resolved by an op not read yet, or replaced
                     i = new_offset = i + 1  # by a later copy: never asked about again
+                    continue
+                if only_v5 and i not in self._of_v5:  # left to the next full round
+                    held = i if held is None else held
+                    i += 1
                     continue
                 times = _next_check_times(half, cfg.transactionCheckMax)
                 if times is None or _past_reserved_time(half):
@@ -362,6 +380,8 @@ class TransactionCheckService:
                     ops = self._fill_removes(removes, ops.next_begin, half_offset, done)
                     continue
             i = new_offset = i + 1
+        if held is not None:
+            new_offset = min(new_offset, held)
         if new_offset != half_offset:
             store.offsets.commit(CHECK_GROUP, TRANS_HALF_TOPIC, 0, new_offset)
         new_op_offset = op_offset
@@ -458,16 +478,36 @@ class TransactionCheckService:
         )
 
     async def run(self) -> None:
-        interval = max(self.server.config.transactionCheckInterval, 100) / 1000
+        """Full rounds every ``transactionCheckInterval`` (RocketMQ 4.9.7's 60 s), and
+        rounds of 5.x clients' halves every ``grpcTransactionCheckInterval`` (5.3.3's
+        30 s) while any is pending. Each wait reads its setting again, as RocketMQ's
+        service does, so updateBrokerConfig takes effect from the next one."""
+        cfg = self.server.config
         store = self.server.store
         assert store is not None
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        due_full = start + _interval_s(cfg.transactionCheckInterval)
+        due_v5 = start + _interval_s(cfg.grpcTransactionCheckInterval)
         while True:
-            await asyncio.sleep(interval)
-            # RocketMQ's round looks the half topic up and creates it the first time
-            # (TransactionalMessageBridge.fetchMessageQueues), halves or not: before it,
-            # the topic has no config and no route, though halves are stored in it
-            store.topics.create_system(TRANS_HALF_TOPIC, 1, Perm.READ | Perm.WRITE)
+            await asyncio.sleep(max(0.0, min(due_full, due_v5) - loop.time()))
+            now = loop.time()
+            full = now >= due_full
+            if full:
+                due_full = now + _interval_s(cfg.transactionCheckInterval)
+                # RocketMQ's round looks the half topic up and creates it the first time
+                # (TransactionalMessageBridge.fetchMessageQueues), halves or not: before
+                # it, the topic has no config and no route, though halves are stored in it
+                store.topics.create_system(TRANS_HALF_TOPIC, 1, Perm.READ | Perm.WRITE)
+            if now >= due_v5:
+                due_v5 = now + _interval_s(cfg.grpcTransactionCheckInterval)
+            if not full and not self._of_v5:
+                continue
             try:
-                self.check_once()
+                self.check_once(only_v5=not full)
             except Exception:  # as RocketMQ's "Check error": the next round tries again
                 log.exception("transaction: check round failed")
+
+
+def _interval_s(ms: int) -> float:
+    return max(ms, 100) / 1000

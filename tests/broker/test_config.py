@@ -47,6 +47,7 @@ def test_get_broker_config_lists_rocketmqs_settings_in_its_order_then_idemps_own
         "enableMixedMessageType",
         "grpcClientIdleTimeMills",
         "grpcServerPort",
+        "grpcTransactionCheckInterval",
         "minInvisibleTimeMillsForRecv",
         "popFromRetryProbability",
         "rebalanceLockMaxLiveTime",

@@ -146,9 +146,10 @@ def broker5(make_broker: Callable[..., BrokerProcess]) -> Endpoint5:  # noqa: F8
     if real:
         grpc_addr, broker_addr, *namesrv = real.split(",")
         return Endpoint5(grpc_addr, broker_addr, True, namesrv_addr="".join(namesrv))
-    # transaction checks every 5 s instead of 4.9.7's 60 s (RocketMQ 5.3.3: 30 s), so the
-    # check-back test does not idle; the shortest invisible time 2 s (see Endpoint5)
-    broker = make_broker(transactionCheckInterval=5000, minInvisibleTimeMillsForRecv=2000)
+    # 5.x clients' transactions checked every 5 s instead of RocketMQ 5.3.3's 30 s (4.x
+    # halves keep 4.9.7's 60 s), so the check-back test does not idle; the shortest
+    # invisible time 2 s (see Endpoint5)
+    broker = make_broker(grpcTransactionCheckInterval=5000, minInvisibleTimeMillsForRecv=2000)
     return Endpoint5(
         broker.grpc_addr, broker.broker_addr, False, invisible_s=2, namesrv_addr=broker.namesrv_addr
     )

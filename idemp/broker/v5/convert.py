@@ -23,7 +23,6 @@ TIMER_DELAY_SEC = "TIMER_DELAY_SEC"
 TRACE_CONTEXT = "TRACE_CONTEXT"
 BORN_HOST = "__BORNHOST"
 BORN_TIMESTAMP = "BORN_TIMESTAMP"
-TRANSACTION_ID = "__transactionId__"
 DLQ_ORIGIN_TOPIC = "DLQ_ORIGIN_TOPIC"
 DLQ_ORIGIN_MESSAGE_ID = "DLQ_ORIGIN_MESSAGE_ID"
 CHECK_IMMUNITY = "CHECK_IMMUNITY_TIME_IN_SECONDS"
@@ -85,7 +84,7 @@ def to_stored(
         props[Prop.TRAN_MSG] = "true"
         # RocketMQ 5.3.3's broker names the transaction in the half message
         # (TransactionalMessageBridge.parseHalfMessageInner; 4.9.7's does not)
-        props[TRANSACTION_ID] = sysp.message_id
+        props[Prop.TRANSACTION_ID] = sysp.message_id
         sys_flag |= MessageSysFlag.TRANSACTION_PREPARED
         if sysp.HasField("orphaned_transaction_recovery_duration"):
             props[CHECK_IMMUNITY] = str(sysp.orphaned_transaction_recovery_duration.seconds)
