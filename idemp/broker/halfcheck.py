@@ -480,8 +480,9 @@ class TransactionCheckService:
     async def run(self) -> None:
         """Full rounds every ``transactionCheckInterval`` (RocketMQ 4.9.7's 60 s), and
         rounds of 5.x clients' halves every ``grpcTransactionCheckInterval`` (5.3.3's
-        30 s) while any is pending. Each wait reads its setting again, as RocketMQ's
-        service does, so updateBrokerConfig takes effect from the next one."""
+        30 s) while any is pending. Each wait starts when the last round ended and reads
+        its setting again, as RocketMQ's service does, so updateBrokerConfig takes effect
+        from the next one; a full round serves the 5.x halves too, so it restarts their wait."""
         cfg = self.server.config
         store = self.server.store
         assert store is not None
@@ -490,23 +491,22 @@ class TransactionCheckService:
         due_full = start + _interval_s(cfg.transactionCheckInterval)
         due_v5 = start + _interval_s(cfg.grpcTransactionCheckInterval)
         while True:
+            full = due_full <= due_v5
             await asyncio.sleep(max(0.0, min(due_full, due_v5) - loop.time()))
-            now = loop.time()
-            full = now >= due_full
             if full:
-                due_full = now + _interval_s(cfg.transactionCheckInterval)
                 # RocketMQ's round looks the half topic up and creates it the first time
                 # (TransactionalMessageBridge.fetchMessageQueues), halves or not: before
                 # it, the topic has no config and no route, though halves are stored in it
                 store.topics.create_system(TRANS_HALF_TOPIC, 1, Perm.READ | Perm.WRITE)
-            if now >= due_v5:
-                due_v5 = now + _interval_s(cfg.grpcTransactionCheckInterval)
-            if not full and not self._of_v5:
-                continue
-            try:
-                self.check_once(only_v5=not full)
-            except Exception:  # as RocketMQ's "Check error": the next round tries again
-                log.exception("transaction: check round failed")
+            if full or self._of_v5:
+                try:
+                    self.check_once(only_v5=not full)
+                except Exception:  # as RocketMQ's "Check error": the next one tries again
+                    log.exception("transaction: check round failed")
+            ended = loop.time()
+            if full:
+                due_full = ended + _interval_s(cfg.transactionCheckInterval)
+            due_v5 = ended + _interval_s(cfg.grpcTransactionCheckInterval)
 
 
 def _interval_s(ms: int) -> float:

@@ -169,3 +169,32 @@ def test_no_5x_round_runs_while_no_5x_half_is_pending(
     asyncio.run(rounds())
     assert calls == []
     assert _round_offset(checks) is None
+
+
+def test_a_full_round_serves_the_5x_halves_too(
+    service: tuple[TransactionCheckService, list[str]],
+) -> None:
+    """With both cadences equal every round is a full one: the 5.x halves are not asked
+    about a second time by a 5.x round right after it."""
+    checks, asked = service
+    checks.server.config.transactionCheckInterval = 100
+    _half(checks, "V5A", v5=True)
+    calls: list[bool] = []
+    original = checks.check_once
+
+    def counted(only_v5: bool = False) -> int:
+        calls.append(only_v5)
+        return original(only_v5)
+
+    checks.check_once = counted  # type: ignore[method-assign]
+
+    async def rounds() -> None:
+        task = asyncio.ensure_future(checks.run())
+        deadline = time.monotonic() + 5.0
+        while len(calls) < 3 and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)  # polled; the rounds are 0.1 s apart
+        task.cancel()
+
+    asyncio.run(rounds())
+    assert calls[:3] == [False, False, False]
+    assert asked[:3] == ["V5A", "V5A", "V5A"]
