@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import time
 import types
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -84,6 +84,32 @@ def _round_offset(checks: TransactionCheckService) -> int | None:
     return store.offsets.query(CHECK_GROUP, TRANS_HALF_TOPIC, 0)
 
 
+def _run_rounds(
+    checks: TransactionCheckService, for_s: float, until: Callable[[list[bool]], bool]
+) -> list[bool]:
+    """Run the service's rounds until ``until`` holds of the rounds run so far (polled
+    every 20 ms, the rounds being 0.1 s apart) or ``for_s`` seconds passed; return them
+    (True: a round of 5.x halves only)."""
+    calls: list[bool] = []
+    original = checks.check_once
+
+    def counted(only_v5: bool = False) -> int:
+        calls.append(only_v5)
+        return original(only_v5)
+
+    checks.check_once = counted  # type: ignore[method-assign]
+
+    async def rounds() -> None:
+        task = asyncio.ensure_future(checks.run())
+        deadline = time.monotonic() + for_s
+        while not until(calls) and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        task.cancel()
+
+    asyncio.run(rounds())
+    return calls
+
+
 def test_a_5x_round_asks_about_5x_halves_only_and_stops_its_offset_at_a_4x_one(
     service: tuple[TransactionCheckService, list[str]],
 ) -> None:
@@ -129,15 +155,8 @@ def test_the_rounds_run_on_both_cadences(
     _half(checks, "V5A", v5=True)
     store = checks.server.store
     assert store is not None
-
-    async def rounds() -> None:
-        task = asyncio.ensure_future(checks.run())
-        deadline = time.monotonic() + 5.0
-        while len(asked) < 2 and time.monotonic() < deadline:
-            await asyncio.sleep(0.02)  # polled; the rounds are 0.1 s apart
-        task.cancel()
-
-    asyncio.run(rounds())
+    calls = _run_rounds(checks, 5.0, lambda calls: len(asked) >= 2)
+    assert calls[:2] == [True, True]
     assert asked[:2] == ["V5A", "V5A"]
     assert 0 in checks.pending and len(checks.pending) == 2  # the 4.x half, not asked
     assert store.topics.get(TRANS_HALF_TOPIC) is None
@@ -150,24 +169,7 @@ def test_no_5x_round_runs_while_no_5x_half_is_pending(
     group's gets stay as 4.9.7 leaves them until the full round."""
     checks, _ = service
     _half(checks, "X4", v5=False)
-    store = checks.server.store
-    assert store is not None
-    calls: list[bool] = []
-    original = checks.check_once
-
-    def counted(only_v5: bool = False) -> int:
-        calls.append(only_v5)
-        return original(only_v5)
-
-    checks.check_once = counted  # type: ignore[method-assign]
-
-    async def rounds() -> None:
-        task = asyncio.ensure_future(checks.run())
-        await asyncio.sleep(0.55)  # five 5.x periods of 0.1 s
-        task.cancel()
-
-    asyncio.run(rounds())
-    assert calls == []
+    assert _run_rounds(checks, 0.55, lambda calls: bool(calls)) == []  # five 5.x periods
     assert _round_offset(checks) is None
 
 
@@ -179,22 +181,6 @@ def test_a_full_round_serves_the_5x_halves_too(
     checks, asked = service
     checks.server.config.transactionCheckInterval = 100
     _half(checks, "V5A", v5=True)
-    calls: list[bool] = []
-    original = checks.check_once
-
-    def counted(only_v5: bool = False) -> int:
-        calls.append(only_v5)
-        return original(only_v5)
-
-    checks.check_once = counted  # type: ignore[method-assign]
-
-    async def rounds() -> None:
-        task = asyncio.ensure_future(checks.run())
-        deadline = time.monotonic() + 5.0
-        while len(calls) < 3 and time.monotonic() < deadline:
-            await asyncio.sleep(0.02)  # polled; the rounds are 0.1 s apart
-        task.cancel()
-
-    asyncio.run(rounds())
+    calls = _run_rounds(checks, 5.0, lambda calls: len(calls) >= 3)
     assert calls[:3] == [False, False, False]
     assert asked[:3] == ["V5A", "V5A", "V5A"]
