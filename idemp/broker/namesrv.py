@@ -22,7 +22,7 @@ from idemp.remoting.javahash import hash_map_order
 
 from .config import as_java_field, kind_of, read_properties
 from .kvconfig import ORDER_TOPIC_CONFIG
-from .registration import RegisterBodyError, body_crc32, decode_register_body
+from .registration import RegisterBodyError, body_crc32, decode_register_body, registered_perm
 from .rocketmq_defaults import namesrv_settings
 
 if TYPE_CHECKING:
@@ -242,7 +242,7 @@ def _perm(server: Broker, tcfg: TopicConfig) -> int:
         and ns.route_perm_version == server.store.topics.version.counter
     ):
         return kept[1]
-    return tcfg.perm & (server.config.brokerPermission | Perm.INHERIT | 8)
+    return registered_perm(server.config.brokerPermission, tcfg.perm)
 
 
 def _set_route_perms(server: Broker, perm: Callable[[int], int]) -> int:

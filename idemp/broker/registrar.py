@@ -16,20 +16,17 @@ import logging
 from typing import TYPE_CHECKING, Any
 
 from idemp.remoting import RemotingCommand, RequestCode, ResponseCode
-from idemp.remoting.codes import Perm
 
 from .config import ConfigError
 from .link import RemotingLink
 from .metadata import topic_json
 from .namesrv import apply_order_topics
-from .registration import body_crc32, encode_register_body
+from .registration import body_crc32, encode_register_body, registered_perm
 
 if TYPE_CHECKING:
     from .context import Broker
 
 log = logging.getLogger("idemp.broker.registrar")
-
-RW = Perm.READ | Perm.WRITE
 
 
 class Registrar:
@@ -60,8 +57,7 @@ class Registrar:
         topics = {}
         for name, tc in store.topics.topics.items():
             raw = topic_json(tc)
-            if cfg.brokerPermission & RW != RW:
-                raw["perm"] = cfg.brokerPermission
+            raw["perm"] = registered_perm(cfg.brokerPermission, tc.perm)
             topics[name] = raw
         version = store.topics.version.to_json()
         return encode_register_body(topics, version, cfg.compressedRegister), version

@@ -14,11 +14,21 @@ import struct
 import zlib
 from typing import Any
 
+from idemp.remoting.codes import Perm
+
 _INT = struct.Struct(">i")
 
 
 class RegisterBodyError(ValueError):
     pass
+
+
+def registered_perm(broker_permission: int, topic_perm: int) -> int:
+    """The perm a topic is registered (and routed) with: its own while the broker is
+    read-write, else the broker's (BrokerController.registerBrokerAll and
+    registerIncrementBrokerData), whatever bits either holds."""
+    rw = Perm.READ | Perm.WRITE
+    return topic_perm if broker_permission & rw == rw else broker_permission
 
 
 def body_crc32(body: bytes) -> int:

@@ -786,6 +786,25 @@ def test_add_write_perm_sets_read_write_until_the_topic_registers_again(
         assert (_route_perm(ns, "TopicPermRO"), _route_perm(ns, "TopicPermRW")) == (4, 6)
 
 
+def test_a_topic_is_routed_with_its_own_perm_or_a_partial_brokers(
+    broker: BrokerProcess,
+) -> None:
+    """BrokerController.registerBrokerAll: a read-write broker registers each topic's perm
+    as it is, odd bits and all; a broker that is not read-write registers its own
+    permission for every topic (seen with mqadmin topicRoute on RocketMQ 4.9.7). idemp had
+    masked the topic's perm with the broker's."""
+    odd = {"TopicPermMinus": -1, "TopicPerm16": 16, "TopicPermW": 2, "TopicPermAll": 7}
+    with RawClient(broker.broker_addr) as c, RawClient(broker.namesrv_addr) as ns:
+        for topic, perm in odd.items():
+            assert c.create_topic(topic, 1, perm=perm).code == 0
+        assert {t: _route_perm(ns, t) for t in odd} == odd
+        for permission in (4, 2):
+            assert c.update_broker_config(brokerPermission=permission).code == 0
+            assert {t: _route_perm(ns, t) for t in odd} == dict.fromkeys(odd, permission)
+        assert c.update_broker_config(brokerPermission=6).code == 0
+        assert {t: _route_perm(ns, t) for t in odd} == odd
+
+
 def test_route_perms_last_until_the_broker_registers_its_whole_table(
     broker: BrokerProcess,
 ) -> None:

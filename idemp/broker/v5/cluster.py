@@ -28,6 +28,7 @@ from idemp.remoting.route import parse_route
 from ..config import read_properties
 from ..link import RemotingLink
 from ..metadata import Perm
+from ..registration import registered_perm
 from .schema import pb
 
 if TYPE_CHECKING:
@@ -121,7 +122,7 @@ class ClusterView:
         assert server.store is not None
         cfg = server.store.topics.get(topic)
         if cfg is not None:
-            perm = cfg.perm & server.config.brokerPermission
+            perm = registered_perm(server.config.brokerPermission, cfg.perm)  # as routed
             queues = (cfg.readQueueNums, cfg.writeQueueNums)
             out.append(BrokerQueues(own, server.config.brokerId, perm, *queues, None))
         queue_datas, brokers = await self._route(topic)
