@@ -333,7 +333,8 @@ class BrokerServer:
         self.broker_addr = f"{self.config.brokerIP1}:{port}"
         self.servers = [broker]
         if embedded:
-            self.namesrv_addr = await self._listen_namesrv(bind)
+            # the port bound (0 asks for a free one), as getBrokerConfig reports it
+            self.namesrv_addr = self.config.namesrvAddr = await self._listen_namesrv(bind)
         else:
             self.namesrv_addr = ";".join(self.config.namesrv_addrs)
         await self._start_fast_port(bind, asked_port)

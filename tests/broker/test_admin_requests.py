@@ -284,6 +284,9 @@ def test_broker_config_get_and_update(broker: BrokerProcess) -> None:
     )
     assert lines["storePathCommitLog"] == str(Path(lines["storePathRootDir"]) / "commitlog")
     assert lines["haListenPort"] == str(int(lines["listenPort"]) + 1)
+    # the nameserver the broker registers with, by the port it has (idemp's own, bound
+    # on a free port here, had been reported as ":0")
+    assert lines["namesrvAddr"] == broker.namesrv_addr
     assert lines["messageStorePlugIn"] == ""  # an empty value is reported, a null one not
     assert len(lines) >= 170  # RocketMQ 4.9.7 reports 176
     assert update.code == ResponseCode.SUCCESS  # a value that does not parse is ignored
