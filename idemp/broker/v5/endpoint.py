@@ -562,6 +562,7 @@ class GrpcEndpoint:
         if self._revive is not None:
             self._revive.cancel()
         self.service.cluster.close()
+        self.service.pop.close()
         if self.server is None:
             return
         self.server.close()

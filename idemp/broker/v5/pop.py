@@ -16,9 +16,11 @@ time runs out is handed out again with its delivery attempt raised. This follows
 - a message received for the ``max_attempts``-th time plus one goes to ``%DLQ%<group>``
   instead of being delivered (the proxy's ``PopMessageResultFilterImpl``).
 
-The state is the broker's memory (RocketMQ keeps it in its revive topic): after a
-restart, messages that were invisible are delivered again from the committed offsets.
-Everything runs on the broker's event loop.
+The state is kept in memory and written to a journal as it changes (``popjournal``;
+RocketMQ keeps it in its revive topic): after a restart an unacked message stays
+invisible until its time ends and comes back as the next attempt, and a handle from
+before the restart still acks or changes its message. Everything runs on the broker's
+event loop.
 """
 
 from __future__ import annotations
@@ -26,10 +28,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import random
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 from idemp.remoting.codes import Prop, pop_retry_topic
 from idemp.remoting.javaparse import parse_java_int
@@ -41,6 +46,7 @@ from ..metadata import Perm, dlq_topic, retry_topic
 from ..send import send_back_properties
 from ..store import MessageStore
 from .deadlines import Deadlines
+from .popjournal import PopJournal, Record
 
 NORMAL_TOPIC = "0"
 # the proxy's renewMaxTimeMillis (3 h): past it, even an auto-renewed message comes back
@@ -200,13 +206,49 @@ class _Due:
     order: _Ordered | None  # a FIFO queue's, else None
 
 
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _journaled(
+    method: Callable[Concatenate[PopService, _P], _R],
+) -> Callable[Concatenate[PopService, _P], _R]:
+    """A request's changes reach the journal when it is done, before its answer leaves."""
+
+    @functools.wraps(method)
+    def run(self: PopService, *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        try:
+            return method(self, *args, **kwargs)
+        finally:
+            self._sync()
+
+    return run
+
+
+def _fields(held: _InFlight) -> list[Any]:
+    """What the journal keeps of a message in flight (its receipt, attempt and time)."""
+    r = held.receipt
+    return [
+        r.start_offset,
+        r.pop_time,
+        r.invisible_ms,
+        r.topic_type,
+        r.commit_log_offset,
+        held.reconsume,
+        held.deadline,
+    ]
+
+
 class PopService:
     def __init__(
         self,
         store: MessageStore,
         broker_name: str,
         retry_first_percent: Callable[[], int] = lambda: 20,
+        *,
+        journal: Path | None = None,
     ) -> None:
+        """``journal``: the file the state is kept in across restarts (None: memory only)."""
         self.store = store
         self.broker_name = broker_name
         # PopMessageProcessor: popFromRetryProbability, read at every pop
@@ -219,6 +261,10 @@ class PopService:
         self._waiters: dict[str, set[asyncio.Future[None]]] = {}
         self.dead_lettered = 0
         store.listeners.append(self._arrived)
+        self._journal = PopJournal(journal) if journal is not None else None
+        if self._journal is not None:
+            self._restore(self._journal.load())
+            self._journal.rewrite(self._records())
 
     # --- waiting for messages ---------------------------------------------------------
     def _arrived(self, topic: str, queue_id: int, max_offset: int, tags_code: int) -> None:
@@ -268,6 +314,7 @@ class PopService:
             self._renewing.push(due.held.deadline, due)
 
     # --- receive ----------------------------------------------------------------------
+    @_journaled
     def pop(
         self,
         group: str,
@@ -403,12 +450,13 @@ class PopService:
                 at = (stored, qid, msg.queue_offset)
                 held = state.inflight[at] = _InFlight(receipt, msg.reconsume_times)
                 self._due.push(held.deadline, _Due((group, topic), state, at, held, None))
+                self._note(group, topic, at, held)
                 pending[msg.queue_offset] = None
                 msg.topic = topic
                 out.append(Popped(msg, receipt, msg.reconsume_times + 1))
         state.next[key] = offset
         if offset != start:
-            self._commit(group, state, stored, qid)
+            self._commit(group, topic, state, stored, qid)
 
     def _receipt(
         self, start: int, now: int, invisible_ms: int, topic_type: str, qid: int, msg: MessageExt
@@ -424,32 +472,34 @@ class PopService:
             msg.commit_log_offset,
         )
 
-    @staticmethod
-    def _settle(state: _GroupTopic, key: tuple[str, int, int]) -> _InFlight:
-        """``key``'s message leaves the in-flight set (acked, or revived)."""
+    def _settle(self, due: _Due) -> _InFlight:
+        """``due``'s message leaves the in-flight set (acked, or revived), and the
+        committed offset moves if it was the one holding it back."""
+        state, key = due.state, due.key
         stored, qid, offset = key
         queue = state.pending.get((stored, qid))
         if queue is not None:
             queue.pop(offset, None)
-        return state.inflight.pop(key)
-
-    def _settled(self, group: str, state: _GroupTopic, key: tuple[str, int, int]) -> None:
-        """``key``'s message is no longer invisible (acked, or revived into the retry
-        topic): the committed offset moves only if it was the one holding it back."""
-        stored, qid, offset = key
+        held = state.inflight.pop(key)
+        group, topic = due.group_topic
+        if self._journal is not None:
+            self._journal.add(["x", group, topic, *key])
         if self.store.offsets.query(group, stored, qid) == offset:
-            self._commit(group, state, stored, qid)
+            self._commit(group, topic, state, stored, qid)
+        return held
 
-    def _commit(self, group: str, state: _GroupTopic, stored: str, qid: int) -> None:
+    def _commit(self, group: str, topic: str, state: _GroupTopic, stored: str, qid: int) -> None:
         """The group's offset on a queue: up to its first message still invisible (RocketMQ
-        keeps checkpoints in its revive topic instead); after a broker restart, delivery
-        resumes there, so what was in flight comes again rather than being lost."""
+        keeps checkpoints in its revive topic instead): what is in flight is never behind
+        the offset, so a lost journal loses no message."""
         nxt = state.next.get((stored, qid))
         if nxt is None:
             return
         lowest = next(iter(state.pending.get((stored, qid), ())), nxt)
         committed = state.committed[(stored, qid)] = min(nxt, lowest)
         self.store.offsets.commit(group, stored, qid, committed)
+        if self._journal is not None:
+            self._journal.add(["q", group, topic, stored, qid, nxt, committed])
 
     def _moved(self, group: str, stored: str, qid: int, committed: int | None) -> bool:
         """Whether the group's offset on the queue is no longer the one this service
@@ -485,6 +535,7 @@ class PopService:
                 order.extra[offset] = order.extra.get(offset, 0) + 1
             order.inflight.clear()
             order.acked.clear()
+            self._note_order(group, topic, qid, order)
         offset = order.start
         start = offset
         end = self.store.max_offset(topic, qid)
@@ -527,6 +578,8 @@ class PopService:
             at = (topic, qid, msg.queue_offset)
             self._due.push(held.deadline, _Due((group, topic), state, at, held, order))
             out.append(Popped(msg, receipt, reconsume + 1))
+        if found:
+            self._note_order(group, topic, qid, order)
 
     def _ack_ordered(
         self, group: str, topic: str, qid: int, order: _Ordered, offsets: object
@@ -542,6 +595,7 @@ class PopService:
         if order.start != moved:
             order.committed = order.start
             self.store.offsets.commit(group, topic, qid, order.start)
+        self._note_order(group, topic, qid, order)
 
     # --- ack, change, dead letter -----------------------------------------------------
     def _find(self, group: str, topic: str, receipt: Receipt) -> _Due | None:
@@ -599,6 +653,7 @@ class PopService:
         ):
             raise OffsetOutside()
 
+    @_journaled
     def ack(self, group: str, topic: str, handle: str) -> None:
         """Raises HandleError for an expired or malformed handle, OffsetOutside when the
         topic's queue has no such offset; acking a message that is already acked (or was
@@ -611,9 +666,9 @@ class PopService:
             self._ack_ordered(group, topic, receipt.queue_id, found.order, [receipt.offset])
             self.wake(topic)
         else:
-            self._settle(found.state, found.key)
-            self._settled(group, found.state, found.key)
+            self._settle(found)
 
+    @_journaled
     def change_invisible(self, group: str, topic: str, handle: str, invisible_ms: int) -> Receipt:
         """A new handle, invisible for ``invisible_ms`` from now; the old one is void. The
         delivery attempt stays: what comes back after it is the next attempt. An explicit
@@ -631,8 +686,10 @@ class PopService:
             found.state.inflight[found.key] = replaced
         found.held = replaced
         self._due.push(replaced.deadline, found)
+        self._note_held(found)
         return fresh
 
+    @_journaled
     def forward_to_dlq(self, group: str, topic: str, handle: str) -> None:
         """ProducerProcessor.forwardMessageToDeadLetterQueue: no expiry check, only a
         commit log offset in the handle; the message sent back, then acked, an ack whose
@@ -691,6 +748,7 @@ class PopService:
         """Whether any received message still has a deadline to keep (revive, renew)."""
         return len(self._due) > 0
 
+    @_journaled
     def renew(self, alive: Callable[[str], bool]) -> int:
         """Keep auto-renewed messages invisible while their client is connected: due
         within RENEW_AHEAD_MS, they get RENEW_SLICE_MS more (the proxy's renew task)."""
@@ -703,11 +761,13 @@ class PopService:
             if now < held.renew_until and alive(held.client):  # type: ignore[arg-type]
                 held.deadline = min(now + RENEW_SLICE_MS, held.renew_until)
                 self._track(due)
+                self._note_held(due)
                 renewed += 1
             else:
                 held.client = None  # its entry in ``_due`` stands: revive takes it
         return renewed
 
+    @_journaled
     def release(self, group: str, topic: str, receipts: list[Receipt]) -> None:
         """Popped but never handed over: visible again now (the next revive or FIFO
         receive takes them), with this delivery not counted."""
@@ -720,7 +780,9 @@ class PopService:
                 if due.order is None:
                     due.held.reconsume -= 1  # revive adds one: this delivery never happened
                 self._track(due)
+                self._note_held(due)
 
+    @_journaled
     def release_client(self, client: str) -> None:
         """A client left: its auto-renewed messages come back shortly (the proxy changes
         their invisible time to invisibleTimeMillisWhenClear)."""
@@ -730,7 +792,9 @@ class PopService:
                 due.held.client = None
                 due.held.deadline = min(due.held.deadline, now + CLEAR_MS)
                 self._track(due)
+                self._note_held(due)
 
+    @_journaled
     def revive(self) -> int:
         """Hand out again what stayed invisible too long: normal groups through their
         retry topic, FIFO queues from where they stand. Returns how many were revived."""
@@ -744,12 +808,11 @@ class PopService:
                 if all(f.deadline <= now for f in due.order.inflight.values()):
                     self.wake(topic)  # the queue is free again: a waiting receive takes it
                 continue
-            held = self._settle(due.state, due.key)
-            msg = self.store.lookup(held.receipt.commit_log_offset)
+            msg = self.store.lookup(due.held.receipt.commit_log_offset)
             if msg is not None:
-                self._to_retry(group, topic, msg, held.reconsume + 1, now)
+                self._to_retry(group, topic, msg, due.held.reconsume + 1, now)
                 revived += 1
-            self._settled(group, due.state, due.key)
+            self._settle(due)
         return revived
 
     def _to_retry(self, group: str, topic: str, msg: MessageExt, reconsume: int, now: int) -> None:
@@ -775,6 +838,108 @@ class PopService:
             apply_delay=False,
         )
 
+    @_journaled
     def forget_group(self, group: str) -> None:
         for key in [k for k in self._state if k[0] == group]:
             del self._state[key]
+        if self._journal is not None:
+            self._journal.add(["g", group])
+
+    # --- the journal ------------------------------------------------------------------
+    def _note(self, group: str, topic: str, key: tuple[str, int, int], held: _InFlight) -> None:
+        if self._journal is not None:
+            self._journal.add(["e", group, topic, *key, *_fields(held)])
+
+    def _note_order(self, group: str, topic: str, qid: int, order: _Ordered) -> None:
+        if self._journal is not None:
+            self._journal.add(self._order_record(group, topic, qid, order))
+
+    def _note_held(self, due: _Due) -> None:
+        """``due``'s delivery changed (its time, its handle)."""
+        group, topic = due.group_topic
+        if due.order is not None:
+            self._note_order(group, topic, due.key[1], due.order)
+        else:
+            self._note(group, topic, due.key, due.held)
+
+    @staticmethod
+    def _order_record(group: str, topic: str, qid: int, order: _Ordered) -> Record:
+        inflight = [[offset, *_fields(held)] for offset, held in order.inflight.items()]
+        extra = [[offset, n] for offset, n in order.extra.items()]
+        return ["o", group, topic, qid, order.start, order.committed, inflight,
+                sorted(order.acked), extra]  # fmt: skip
+
+    def _sync(self) -> None:
+        journal = self._journal
+        if journal is None:
+            return
+        journal.flush()
+        if journal.due_for_rewrite():
+            records = list(self._records())
+            if journal.lines > 4 * len(records):
+                journal.rewrite(records)
+            else:
+                journal.postpone()
+
+    def close(self) -> None:
+        if self._journal is not None:
+            self._journal.close()
+
+    def _records(self) -> Iterator[Record]:
+        """The state as journal records: what a rewritten journal holds."""
+        for (group, topic), state in self._state.items():
+            for (stored, qid), nxt in state.next.items():
+                committed = state.committed.get((stored, qid))
+                yield ["q", group, topic, stored, qid, nxt, committed]
+            for key, held in state.inflight.items():
+                yield ["e", group, topic, *key, *_fields(held)]
+            for qid, order in state.ordered.items():
+                yield self._order_record(group, topic, qid, order)
+
+    def _held(self, qid: int, offset: int, fields: list[Any]) -> _InFlight:
+        start, pop_time, invisible, topic_type, log_offset, reconsume, deadline = fields
+        receipt = Receipt(
+            start, pop_time, invisible, topic_type, self.broker_name, qid, offset, log_offset
+        )
+        # the proxy's renewal of a PushConsumer's messages does not outlive it: each
+        # comes back at the time it had last
+        return _InFlight(receipt, reconsume, deadline)
+
+    def _restore(self, records: list[Record]) -> None:
+        """The state a journal left, as it was before the restart; the offset table is
+        saved every few seconds, so after a crash it may lag behind: the journal's
+        committed offsets are the later ones."""
+        entries: list[tuple[tuple[str, str], tuple[str, int, int], list[Any]]] = []
+        for record in records:
+            kind, group, topic = record[0], record[1], record[2]
+            state = self._state.setdefault((group, topic), _GroupTopic())
+            if kind == "q":
+                stored, qid, nxt, committed = record[3:7]
+                state.next[(stored, qid)] = nxt
+                if committed is not None:
+                    state.committed[(stored, qid)] = committed
+                    self._catch_up(group, stored, qid, committed)
+            elif kind == "e":
+                entries.append(((group, topic), (record[3], record[4], record[5]), record[6:]))
+            elif kind == "o":
+                qid, start, committed, inflight, acked, extra = record[3:9]
+                order = state.ordered[qid] = _Ordered(start, committed)
+                order.acked = set(acked)
+                order.extra = {offset: n for offset, n in extra}
+                for offset, *fields in inflight:
+                    held = order.inflight[offset] = self._held(qid, offset, fields)
+                    at = (topic, qid, offset)
+                    self._due.push(held.deadline, _Due((group, topic), state, at, held, order))
+                if committed is not None:
+                    self._catch_up(group, topic, qid, committed)
+        for group_topic, key, fields in sorted(entries, key=lambda e: (e[0], e[1])):
+            state = self._state[group_topic]
+            stored, qid, offset = key
+            held = state.inflight[key] = self._held(qid, offset, fields)
+            state.pending.setdefault((stored, qid), {})[offset] = None
+            self._due.push(held.deadline, _Due(group_topic, state, key, held, None))
+
+    def _catch_up(self, group: str, stored: str, qid: int, committed: int) -> None:
+        table = self.store.offsets.query(group, stored, qid)
+        if table is None or table < committed:
+            self.store.offsets.commit(group, stored, qid, committed)

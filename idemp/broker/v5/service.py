@@ -142,7 +142,10 @@ class MessagingService:
         self.store = broker.store
         config = broker.config
         self.pop = PopService(
-            broker.store, config.brokerName, lambda: config.popFromRetryProbability
+            broker.store,
+            config.brokerName,
+            lambda: config.popFromRetryProbability,
+            journal=broker.store.root / "pop" / "journal",
         )
         self.cluster = ClusterView(broker)
         self.clients: dict[str, ClientState] = {}
