@@ -180,17 +180,15 @@ def test_the_journal_is_rewritten_once_it_outgrows_the_state(
     # and what was written since (fewer than 50 + one message's 3)
     assert len(lines) < 53
     service.close()
-    assert popjournal.replay(journal.read_text().splitlines()) == [
-        ["q", "G", "T", "T", 0, 100, 100]
-    ]
+    assert popjournal.replay(journal.read_text().splitlines()) == [["q", "G", "T", "T", 0, 100]]
 
 
 def test_replay_takes_the_last_line_about_each_thing_and_skips_a_torn_one() -> None:
     lines = [
-        '["q","G","T","T",0,1,0]',
+        '["q","G","T","T",0,1]',
         '["e","G","T","T",0,0,0,1,2,"0",9,0,3]',
         '["e","G","T","T",0,1,0,1,2,"0",9,0,3]',
-        '["q","G","T","T",0,2,0]',
+        '["q","G","T","T",0,2]',
         '["x","G","T","T",0,0]',
         '["o","H","F",0,5,5,[],[],[]]',
         '["g","H"]',
@@ -198,7 +196,7 @@ def test_replay_takes_the_last_line_about_each_thing_and_skips_a_torn_one() -> N
         '["e","G","T","T",0,2,0,1',  # a crash in the middle of a write
     ]
     assert popjournal.replay(lines) == [
-        ["q", "G", "T", "T", 0, 2, 0],
+        ["q", "G", "T", "T", 0, 2],
         ["e", "G", "T", "T", 0, 1, 0, 1, 2, "0", 9, 0, 7],
     ]
 

@@ -457,6 +457,8 @@ class PopService:
         state.next[key] = offset
         if offset != start:
             self._commit(group, topic, state, stored, qid)
+            if self._journal is not None:  # the committed offset follows from it on restore
+                self._journal.add(["q", group, topic, stored, qid, offset])
 
     def _receipt(
         self, start: int, now: int, invisible_ms: int, topic_type: str, qid: int, msg: MessageExt
@@ -483,7 +485,7 @@ class PopService:
         held = state.inflight.pop(key)
         group, topic = due.group_topic
         if self._journal is not None:
-            self._journal.add(["x", group, topic, *key])
+            self._journal.settled(group, topic, *key)
         if self.store.offsets.query(group, stored, qid) == offset:
             self._commit(group, topic, state, stored, qid)
         return held
@@ -498,8 +500,6 @@ class PopService:
         lowest = next(iter(state.pending.get((stored, qid), ())), nxt)
         committed = state.committed[(stored, qid)] = min(nxt, lowest)
         self.store.offsets.commit(group, stored, qid, committed)
-        if self._journal is not None:
-            self._journal.add(["q", group, topic, stored, qid, nxt, committed])
 
     def _moved(self, group: str, stored: str, qid: int, committed: int | None) -> bool:
         """Whether the group's offset on the queue is no longer the one this service
@@ -848,7 +848,7 @@ class PopService:
     # --- the journal ------------------------------------------------------------------
     def _note(self, group: str, topic: str, key: tuple[str, int, int], held: _InFlight) -> None:
         if self._journal is not None:
-            self._journal.add(["e", group, topic, *key, *_fields(held)])
+            self._journal.in_flight(group, topic, *key, _fields(held))
 
     def _note_order(self, group: str, topic: str, qid: int, order: _Ordered) -> None:
         if self._journal is not None:
@@ -889,8 +889,7 @@ class PopService:
         """The state as journal records: what a rewritten journal holds."""
         for (group, topic), state in self._state.items():
             for (stored, qid), nxt in state.next.items():
-                committed = state.committed.get((stored, qid))
-                yield ["q", group, topic, stored, qid, nxt, committed]
+                yield ["q", group, topic, stored, qid, nxt]
             for key, held in state.inflight.items():
                 yield ["e", group, topic, *key, *_fields(held)]
             for qid, order in state.ordered.items():
@@ -914,11 +913,8 @@ class PopService:
             kind, group, topic = record[0], record[1], record[2]
             state = self._state.setdefault((group, topic), _GroupTopic())
             if kind == "q":
-                stored, qid, nxt, committed = record[3:7]
+                stored, qid, nxt = record[3:6]
                 state.next[(stored, qid)] = nxt
-                if committed is not None:
-                    state.committed[(stored, qid)] = committed
-                    self._catch_up(group, stored, qid, committed)
             elif kind == "e":
                 entries.append(((group, topic), (record[3], record[4], record[5]), record[6:]))
             elif kind == "o":
@@ -938,6 +934,11 @@ class PopService:
             held = state.inflight[key] = self._held(qid, offset, fields)
             state.pending.setdefault((stored, qid), {})[offset] = None
             self._due.push(held.deadline, _Due(group_topic, state, key, held, None))
+        for (group, _topic), state in self._state.items():
+            for (stored, qid), nxt in state.next.items():
+                lowest = next(iter(state.pending.get((stored, qid), ())), nxt)
+                committed = state.committed[(stored, qid)] = min(nxt, lowest)
+                self._catch_up(group, stored, qid, committed)
 
     def _catch_up(self, group: str, stored: str, qid: int, committed: int) -> None:
         table = self.store.offsets.query(group, stored, qid)

@@ -12,6 +12,7 @@ rewritten with only what is still live, and again whenever it has grown well pas
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -25,6 +26,9 @@ Record = list[Any]  # [kind, *identity, *state]; kind "e"/"x", "q", "o" or "g"
 # how many fields name the thing a record is about, by its kind
 _IDENTITY = {"e": 6, "x": 6, "q": 5, "o": 4, "g": 2}
 REWRITE_EVERY = 10_000  # lines appended between checks of the file's size against the live
+
+
+_quoted = functools.lru_cache(maxsize=4096)(json.dumps)
 
 
 def _key(record: Record) -> tuple[Any, ...]:
@@ -74,6 +78,23 @@ class PopJournal:
 
     def add(self, record: Record) -> None:
         self._pending.append(json.dumps(record, separators=(",", ":")))
+
+    # The two lines of every message received and acked, written as json.dumps would
+    # write them at a third of its cost (the names quoted once each)
+    def in_flight(
+        self, group: str, topic: str, stored: str, qid: int, offset: int, fields: list[Any]
+    ) -> None:
+        start, pop_time, invisible, topic_type, log_offset, reconsume, deadline = fields
+        self._pending.append(
+            f'["e",{_quoted(group)},{_quoted(topic)},{_quoted(stored)},{qid},{offset},'
+            f"{start},{pop_time},{invisible},{_quoted(topic_type)},{log_offset},{reconsume},"
+            f"{deadline}]"
+        )
+
+    def settled(self, group: str, topic: str, stored: str, qid: int, offset: int) -> None:
+        self._pending.append(
+            f'["x",{_quoted(group)},{_quoted(topic)},{_quoted(stored)},{qid},{offset}]'
+        )
 
     def flush(self) -> None:
         if not self._pending:
