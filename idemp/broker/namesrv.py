@@ -117,7 +117,7 @@ def route_info(server: Broker, conn: Peer, cmd: RemotingCommand) -> RemotingComm
         queue_datas.append(
             {
                 "brokerName": server.config.brokerName,
-                "perm": _perm(server, tcfg),
+                "perm": route_perm(server, tcfg),
                 "readQueueNums": tcfg.readQueueNums,
                 "topicSysFlag": tcfg.topicSysFlag,
                 "writeQueueNums": tcfg.writeQueueNums,
@@ -231,7 +231,9 @@ def query_data_version(server: Broker, conn: Peer, cmd: RemotingCommand) -> Remo
     )
 
 
-def _perm(server: Broker, tcfg: TopicConfig) -> int:
+def route_perm(server: Broker, tcfg: TopicConfig) -> int:
+    """The perm this broker's queues of the topic have in the route: as registered, or as
+    wipeWritePerm/addWritePerm made it since."""
     ns = server.namesrv
     assert server.store is not None
     kept = ns.route_perm.get(tcfg.topicName)
@@ -254,7 +256,7 @@ def _set_route_perms(server: Broker, perm: Callable[[int], int]) -> int:
     registers its whole table then, at once or with its next periodic registration."""
     assert server.store is not None
     perms: dict[str, tuple[object, int]] = {
-        name: (tcfg, perm(_perm(server, tcfg)))
+        name: (tcfg, perm(route_perm(server, tcfg)))
         for name, tcfg in server.store.topics.topics.items()
         if _routed(server, name)
     }

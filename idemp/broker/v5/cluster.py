@@ -28,6 +28,7 @@ from idemp.remoting.route import parse_route
 from ..config import read_properties
 from ..link import RemotingLink
 from ..metadata import Perm
+from ..namesrv import route_perm
 from ..registration import registered_perm
 from .schema import pb
 
@@ -121,11 +122,20 @@ class ClusterView:
         out: list[BrokerQueues] = []
         assert server.store is not None
         cfg = server.store.topics.get(topic)
+        queue_datas, brokers = await self._route(topic)
         if cfg is not None:
-            perm = registered_perm(server.config.brokerPermission, cfg.perm)  # as routed
+            # the proxy reads the route: a wipeWritePerm leaves this broker's queues read-only
+            if server.config.embeddedNamesrv:
+                perm = route_perm(server, cfg)
+            else:
+                routed = [qd for qd in queue_datas if qd.get("brokerName") == own]
+                perm = (
+                    int(routed[0].get("perm", 0))
+                    if routed
+                    else registered_perm(server.config.brokerPermission, cfg.perm)
+                )
             queues = (cfg.readQueueNums, cfg.writeQueueNums)
             out.append(BrokerQueues(own, server.config.brokerId, perm, *queues, None))
-        queue_datas, brokers = await self._route(topic)
         peers = [
             (qd, name, broker_id, addr)
             for qd in queue_datas
