@@ -69,6 +69,12 @@ def reopen(stores: _Stores) -> Reopen:
     return again
 
 
+@pytest.fixture
+def service(store: MessageStore, tmp_path: Path) -> PopService:
+    """The POP service of ``store``, its journal beside it."""
+    return PopService(store, "broker-a", journal=tmp_path / "journal")
+
+
 def _put(store: MessageStore, body: bytes, topic: str = "T") -> None:
     store.put(MessageExt(topic=topic, body=body, properties={"UNIQ_KEY": body.hex()}))
 
@@ -85,22 +91,30 @@ def _bodies(popped: list[popmod.Popped]) -> list[tuple[bytes, int]]:
     return sorted((p.message.body, p.attempt) for p in popped)
 
 
+def _restarted(
+    service: PopService, store: MessageStore, reopen: Reopen, crash: bool = False
+) -> tuple[MessageStore, PopService]:
+    """The broker's store and POP service after a restart: a graceful stop closes the
+    service first, a crash leaves it as it was."""
+    journal = service._journal
+    assert journal is not None
+    if not crash:
+        service.close()
+    store = reopen(store, crash)
+    return store, PopService(store, "broker-a", journal=journal.path)
+
+
 @pytest.mark.parametrize("crash", [False, True], ids=["graceful", "crash"])
 def test_unacked_messages_wait_for_their_time_and_old_handles_still_ack(
-    store: MessageStore, reopen: Reopen, tmp_path: Path, crash: bool
+    store: MessageStore, service: PopService, reopen: Reopen, crash: bool
 ) -> None:
-    journal = tmp_path / "journal"
-    service = PopService(store, "broker-a", journal=journal)
     for body in (b"acked before", b"acked after", b"kept", b"changed"):
         _put(store, body)
     items = _pop(service, 1500)
     assert [p.message.body for p in items] == [b"acked before", b"acked after", b"kept", b"changed"]
     service.ack("G", "T", items[0].receipt.encode())
-    if not crash:
-        service.close()
-    store = reopen(store, crash)
+    store, service = _restarted(service, store, reopen, crash)
     _put(store, b"new")
-    service = PopService(store, "broker-a", journal=journal)
     # the offset the group resumes from is the journal's, whatever the table saved
     assert store.offsets.query("G", "T", 0) == 1
     service.ack("G", "T", items[1].receipt.encode())  # a handle from before the restart
@@ -116,36 +130,28 @@ def test_unacked_messages_wait_for_their_time_and_old_handles_still_ack(
 
 
 def test_a_message_whose_time_ran_out_while_the_broker_was_down_is_the_next_attempt(
-    store: MessageStore, reopen: Reopen, tmp_path: Path
+    store: MessageStore, service: PopService, reopen: Reopen
 ) -> None:
-    journal = tmp_path / "journal"
-    service = PopService(store, "broker-a", journal=journal)
     _put(store, b"late")
-    (item,) = _pop(service, 1)
-    service.close()
-    time.sleep(0.01)
-    store = reopen(store, False)
-    service = PopService(store, "broker-a", journal=journal)
+    assert len(_pop(service, 1)) == 1
+    time.sleep(0.01)  # past its 1 ms, before the restart
+    store, service = _restarted(service, store, reopen)
     assert service.pending()  # the revive loop has work at once
     assert service.revive() == 1
     assert _bodies(_pop(service, 30_000)) == [(b"late", 2)]
 
 
 def test_a_fifo_queue_stays_blocked_by_its_message_in_flight(
-    store: MessageStore, reopen: Reopen, tmp_path: Path
+    store: MessageStore, service: PopService, reopen: Reopen
 ) -> None:
     """As RocketMQ 5.3.3 after a graceful stop (its order info is saved at shutdown):
     nothing until the message's time ends, then the queue from it; one count for the
     batch, the fewest any of its messages was handed out (attempt 1, measured)."""
-    journal = tmp_path / "journal"
-    service = PopService(store, "broker-a", journal=journal)
     for body in (b"a1", b"a2"):
         _put(store, body)
     (first,) = _pop(service, 1000, batch=1, fifo=True)
     assert first.message.body == b"a1"
-    service.close()
-    store = reopen(store, False)
-    service = PopService(store, "broker-a", journal=journal)
+    store, service = _restarted(service, store, reopen)
     assert _pop(service, 1000, fifo=True) == []
     time.sleep(1.05)
     service.revive()
@@ -153,15 +159,12 @@ def test_a_fifo_queue_stays_blocked_by_its_message_in_flight(
 
 
 def test_a_deleted_group_leaves_nothing_in_flight(
-    store: MessageStore, reopen: Reopen, tmp_path: Path
+    store: MessageStore, service: PopService, reopen: Reopen
 ) -> None:
-    journal = tmp_path / "journal"
-    service = PopService(store, "broker-a", journal=journal)
     _put(store, b"m")
     _pop(service, 60_000)
     service.forget_group("G")
-    service.close()
-    service = PopService(reopen(store, False), "broker-a", journal=journal)
+    store, service = _restarted(service, store, reopen)
     assert not service.pending()
 
 
